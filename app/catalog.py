@@ -1,0 +1,119 @@
+"""The catalog: devices, backends and tiers, loaded from models.yaml.
+
+A bad file stops start-up with a message that names the bad field, e.g.
+`models.yaml: backends.0.replicas.0.url: Input should be a valid URL`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+
+BackendKind = Literal["llamacpp", "vllm"]
+SourceName = Literal["auto", "nvml", "rapl", "estimate"]
+
+
+class CatalogError(Exception):
+    """models.yaml is missing, unreadable or invalid."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Device(_Strict):
+    """A GPU or CPU package whose energy is metered."""
+
+    name: str
+    host: str = "localhost"
+    source: SourceName = "auto"
+    index: int = Field(default=0, ge=0, description="NVML device index or RAPL package")
+    idle_power_w: float | None = Field(default=None, ge=0)
+    max_power_w: float = Field(default=65.0, gt=0, description="estimate source: power at full load")
+    estimate_idle_power_w: float = Field(default=10.0, ge=0)
+
+
+class Replica(_Strict):
+    url: HttpUrl
+    device: str
+
+    @property
+    def base(self) -> str:
+        return str(self.url).rstrip("/")
+
+
+class Backend(_Strict):
+    """One served model, of one engine, with one or more replicas."""
+
+    name: str
+    kind: BackendKind
+    tier: str
+    model: str = Field(description="model name sent upstream")
+    replicas: list[Replica] = Field(min_length=1)
+    reasoning: bool = False
+    curves: str | None = None
+    context_tokens: int = Field(default=4096, gt=0)
+
+
+class Defaults(_Strict):
+    model: str = "auto"
+    policy: Literal["min-energy", "balanced", "max-quality"] = "balanced"
+    max_tokens: int = Field(default=512, gt=0)
+    quality_tolerance: float = Field(default=0.05, ge=0, le=1)
+
+
+class Catalog(_Strict):
+    tiers: list[str] = Field(min_length=1, description="cheapest first")
+    devices: list[Device] = Field(min_length=1)
+    backends: list[Backend] = Field(min_length=1)
+    defaults: Defaults = Defaults()
+
+    @model_validator(mode="after")
+    def _references(self) -> Catalog:
+        device_names = {d.name for d in self.devices}
+        for i, b in enumerate(self.backends):
+            if b.tier not in self.tiers:
+                raise ValueError(f"backends.{i}.tier: unknown tier '{b.tier}'")
+            for j, r in enumerate(b.replicas):
+                if r.device not in device_names:
+                    raise ValueError(f"backends.{i}.replicas.{j}.device: unknown '{r.device}'")
+        for t in self.tiers:
+            if not any(b.tier == t for b in self.backends):
+                raise ValueError(f"tiers: tier '{t}' has no backend")
+        names = [b.name for b in self.backends]
+        if len(set(names)) != len(names):
+            raise ValueError("backends: names must be unique")
+        return self
+
+    def backends_of(self, tier: str) -> list[Backend]:
+        return [b for b in self.backends if b.tier == tier]
+
+    def backend(self, name: str) -> Backend | None:
+        return next((b for b in self.backends if b.name == name), None)
+
+    def device(self, name: str) -> Device:
+        return next(d for d in self.devices if d.name == name)
+
+
+def parse_catalog(data: object, origin: str = "models.yaml") -> Catalog:
+    try:
+        return Catalog.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            lines.append(f"{origin}: {loc}: {e['msg']}")
+        raise CatalogError("\n".join(lines)) from None
+
+
+def load_catalog(path: Path) -> Catalog:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{path}: not valid YAML: {exc}") from None
+    return parse_catalog(data, str(path))

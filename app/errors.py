@@ -1,0 +1,97 @@
+"""Errors the gateway answers with, in the OpenAI envelope, mapped to HTTP once.
+
+Foreign exceptions (httpx, pydantic) are translated where they arise (the
+upstream adapter, the request parser) into `ApiError`; this module turns an
+`ApiError` into a response.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and the OpenAI error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def sse_event(self) -> bytes:
+        """The error as a server-sent event, for streams that already began."""
+        return b"data: " + json.dumps(self.body()).encode() + b"\n\n"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", param, code)
+
+
+def not_found_model(model: str) -> ApiError:
+    return ApiError(
+        404, f"The model '{model}' does not exist", "invalid_request_error", "model",
+        "model_not_found",
+    )
+
+
+def no_healthy_worker(tier: str) -> ApiError:
+    return ApiError(
+        503, f"No healthy worker for tier '{tier}'", "service_unavailable", None,
+        "no_healthy_worker",
+    )
+
+
+def upstream_timeout(backend: str) -> ApiError:
+    return ApiError(504, f"Worker of '{backend}' timed out", "timeout", None, "upstream_timeout")
+
+
+def upstream_failed(backend: str, detail: str) -> ApiError:
+    return ApiError(
+        502, f"Worker of '{backend}' failed: {detail}", "upstream_error", None, "upstream_error"
+    )
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Answer every error, ours or the framework's, in the OpenAI envelope."""
+
+    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        err = ApiError(exc.status_code, str(exc.detail), "invalid_request_error")
+        return JSONResponse(err.body(), status_code=exc.status_code)
+
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        err = ApiError(500, f"Internal error: {type(exc).__name__}", "server_error")
+        return JSONResponse(err.body(), status_code=500)
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)

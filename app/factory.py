@@ -1,0 +1,100 @@
+"""The composition root: builds every part from settings and injected seams."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import httpx
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from app.catalog import Catalog, Device, load_catalog
+from app.errors import install_handlers
+from app.meter import LocalMeter, Meter, RemoteMeter
+from app.pool import HealthChecker, ReplicaPool
+from app.proxy import Proxy
+from app.routes import Gateway, RouterLike, build_router
+from app.settings import Settings
+from app.upstream import Upstream, make_client
+from router.placeholder import PlaceholderRouter
+from telemetry.devices import DeviceSpec, MeteredDevice, metered_device
+from telemetry.metrics import Metrics
+from telemetry.sampler import Sampler
+
+log = logging.getLogger("joulegate")
+
+PREFILL_WEIGHT = 0.1  # a prefill token's work relative to a decode token (bench calibrates)
+
+
+def device_spec(d: Device) -> DeviceSpec:
+    return DeviceSpec(d.name, d.host, d.source, d.index, d.idle_power_w,
+                      d.max_power_w, d.estimate_idle_power_w)
+
+
+@dataclass
+class Seams:
+    """What tests (and only tests) replace: no GPU can run in CI."""
+
+    registry: CollectorRegistry | None = None
+    client: httpx.AsyncClient | None = None
+    device_factory: Callable[[DeviceSpec], MeteredDevice] | None = None
+    router: RouterLike | None = None
+    devices: list[MeteredDevice] = field(default_factory=list)
+
+
+def make_router(catalog: Catalog) -> RouterLike:
+    first = {t: catalog.backends_of(t)[0].name for t in catalog.tiers}
+    return PlaceholderRouter(catalog.tiers, first, catalog.defaults.max_tokens)
+
+
+def create_app(settings: Settings, catalog: Catalog | None = None,
+               seams: Seams | None = None) -> FastAPI:
+    seams = seams or Seams()
+    catalog = catalog or load_catalog(settings.models_file)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        registry = seams.registry or CollectorRegistry()
+        metrics = Metrics(registry)
+        client = seams.client or make_client(
+            settings.upstream_transport, settings.connect_timeout_seconds,
+            settings.read_timeout_seconds)
+        upstream = Upstream(client)
+        pool = ReplicaPool(catalog)
+        samplers: list[Sampler] = []
+        meter: Meter
+        if settings.agent_url:
+            meter = RemoteMeter(upstream, settings.agent_url)
+        else:
+            factory = seams.device_factory or (lambda s: metered_device(s, PREFILL_WEIGHT))
+            devices = [factory(device_spec(d)) for d in catalog.devices]
+            seams.devices[:] = devices
+            samplers = [Sampler(d.reader, d.ledger, settings.sample_hz) for d in devices]
+            for s in samplers:
+                s.start()
+            metrics.watch_devices(lambda: [d.view() for d in devices])
+            meter = LocalMeter({d.spec.name: d.ledger for d in devices})
+        proxy = Proxy(pool, upstream, meter, metrics)
+        checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
+                                metrics.backend_up)
+        await checker.check_once()
+        checker.start()
+        app.state.gateway = Gateway(
+            catalog, pool, proxy, seams.router or make_router(catalog), metrics,
+            settings.max_body_bytes, settings.policy)
+        try:
+            yield
+        finally:
+            await checker.stop()
+            await proxy.drain()
+            for s in samplers:
+                s.stop()
+            await upstream.aclose()
+
+    app = FastAPI(title="joulegate", lifespan=lifespan)
+    install_handlers(app)
+    app.include_router(build_router())
+    return app

@@ -1,0 +1,123 @@
+"""The gateway's view of energy metering: in-process ledgers or a remote agent.
+
+Both implement `Meter`; the proxy does not know which one it has. A metering
+failure never fails a request: it yields no figure, and the response says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from app.upstream import Upstream, UpstreamError
+from telemetry.ledger import Ledger
+from telemetry.timeline import EnergyFigure, Point
+
+log = logging.getLogger("joulegate.meter")
+
+
+class Meter(Protocol):
+    async def open(self, device: str) -> str | None: ...
+    async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None: ...
+    async def abandon(self, window: str | None) -> None: ...
+    async def settle(self, window: str) -> EnergyFigure | None: ...
+
+
+def _split(window: str) -> tuple[str, str]:
+    device, _, wid = window.partition("/")
+    return device, wid
+
+
+class LocalMeter:
+    """Ledgers in this process, fed by this process's samplers."""
+
+    def __init__(self, ledgers: dict[str, Ledger], settle_timeout_s: float = 3.0) -> None:
+        self._ledgers = ledgers
+        self._timeout_s = settle_timeout_s
+
+    async def open(self, device: str) -> str | None:
+        ledger = self._ledgers.get(device)
+        return None if ledger is None else f"{device}/{ledger.open()}"
+
+    async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
+        if window is None:
+            return None
+        device, wid = _split(window)
+        return self._ledgers[device].close(wid, points)
+
+    async def abandon(self, window: str | None) -> None:
+        if window is not None:
+            device, wid = _split(window)
+            self._ledgers[device].abandon(wid)
+
+    async def settle(self, window: str) -> EnergyFigure | None:
+        device, wid = _split(window)
+        ledger = self._ledgers[device]
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        while True:
+            figure = ledger.result(wid)
+            if figure is None or figure.final:
+                return figure
+            if asyncio.get_running_loop().time() > deadline:
+                return figure  # still provisional: the counter has not stepped
+            await asyncio.sleep(0.05)
+
+
+class RemoteMeter:
+    """Ledgers in a `joulegate agent` next to the GPUs, over HTTP."""
+
+    def __init__(self, upstream: Upstream, agent_url: str, settle_timeout_s: float = 3.0) -> None:
+        self._upstream = upstream
+        self._base = agent_url.rstrip("/")
+        self._timeout_s = settle_timeout_s
+
+    async def _call(self, path: str, body: dict[str, Any]) -> Any:
+        try:
+            r = await self._upstream.post(self._base + path, body)
+            try:
+                raw = await r.read()
+            finally:
+                await r.aclose()
+        except UpstreamError as exc:
+            log.warning("agent %s: %s", path, exc)
+            return None
+        if r.status != 200:
+            log.warning("agent %s answered %d", path, r.status)
+            return None
+        import json
+
+        return json.loads(raw)
+
+    async def open(self, device: str) -> str | None:
+        data = await self._call("/v1/windows/open", {"device": device})
+        return None if not data else f"{device}/{data['window']}"
+
+    async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
+        if window is None:
+            return None
+        device, wid = _split(window)
+        data = await self._call(
+            "/v1/windows/close", {"device": device, "window": wid, "points": points})
+        return _figure(data)
+
+    async def abandon(self, window: str | None) -> None:
+        await self.close(window, [])
+
+    async def settle(self, window: str) -> EnergyFigure | None:
+        device, wid = _split(window)
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
+        figure = None
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.2)
+            figure = _figure(await self._call(
+                "/v1/windows/result", {"device": device, "window": wid}))
+            if figure is None or figure.final:
+                return figure
+        return figure
+
+
+def _figure(data: Any) -> EnergyFigure | None:
+    if not isinstance(data, dict) or data.get("net_j") is None:
+        return None
+    return EnergyFigure(**{k: data[k] for k in EnergyFigure.__dataclass_fields__})

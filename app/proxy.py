@@ -1,0 +1,283 @@
+"""Forwarding one decided request to a replica, metering it, and answering.
+
+Streams pass the worker's events through as they arrive; only the usage
+event is rewritten (to add energy), and it is withheld when the client did
+not ask for usage (the gateway always asks the worker for it, to count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from app import sse
+from app.errors import ApiError, no_healthy_worker, upstream_failed, upstream_timeout
+from app.meter import Meter
+from app.pool import ReplicaPool, ReplicaState
+from app.upstream import Upstream, UpstreamError, UpstreamResponse
+from router.decision import Decision
+from telemetry.metrics import Metrics
+from telemetry.timeline import EnergyFigure, TokenTimeline
+
+log = logging.getLogger("joulegate.proxy")
+
+
+@dataclass(frozen=True)
+class Forward:
+    """What to send where, and what the client asked for."""
+
+    path: str
+    body: dict[str, Any]
+    decision: Decision
+    route: str  # "auto" or "forced"
+    stream: bool
+    client_wants_usage: bool
+    prompt_tokens_estimate: int
+    received_at: float  # time.perf_counter() when the request arrived
+
+
+@dataclass
+class _Sent:
+    state: ReplicaState
+    response: UpstreamResponse
+    window: str | None
+    timeline: TokenTimeline
+    sent_at: float
+
+
+class Proxy:
+    def __init__(
+        self, pool: ReplicaPool, upstream: Upstream, meter: Meter, metrics: Metrics
+    ) -> None:
+        self._pool = pool
+        self._upstream = upstream
+        self._meter = meter
+        self._metrics = metrics
+        self._settling: set[asyncio.Task[None]] = set()
+
+    async def forward(self, fw: Forward) -> Response:
+        sent = await self._send(fw)
+        headers = {
+            "x-joulegate-tier": fw.decision.tier,
+            "x-joulegate-backend": fw.decision.backend,
+            "x-joulegate-route": fw.route,
+            "x-joulegate-strategy": fw.decision.strategy,
+        }
+        if sent.response.status != 200:
+            return await self._upstream_error(fw, sent, headers)
+        if fw.stream:
+            return StreamingResponse(
+                self._stream(fw, sent), media_type="text/event-stream", headers=headers
+            )
+        return await self._whole(fw, sent, headers)
+
+    async def _send(self, fw: Forward) -> _Sent:
+        last: UpstreamError | None = None
+        for state in self._pool.candidates(fw.decision.backend):
+            window = await self._meter.open(state.replica.device)
+            timeline = TokenTimeline()
+            state.outstanding += 1
+            sent_at = time.perf_counter()
+            try:
+                response = await self._upstream.post(state.replica.base + fw.path, fw.body)
+            except UpstreamError as exc:
+                state.outstanding -= 1
+                await self._meter.abandon(window)
+                if exc.kind != "unavailable":
+                    self._count(fw, f"upstream_{exc.kind}")
+                    raise _api_error(fw.decision.backend, exc) from None
+                self._pool.mark(state, up=False)
+                last = exc
+                continue
+            return _Sent(state, response, window, timeline, sent_at)
+        self._count(fw, "no_worker")
+        log.warning("no replica of %s answered: %s", fw.decision.backend, last)
+        raise no_healthy_worker(fw.decision.tier)
+
+    async def _upstream_error(
+        self, fw: Forward, sent: _Sent, headers: dict[str, str]
+    ) -> Response:
+        try:
+            raw = await sent.response.read()
+        except UpstreamError:
+            raw = b""
+        finally:
+            await self._finish(fw, sent, status="upstream_status")
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not (isinstance(body, dict) and isinstance(body.get("error"), dict)):
+            msg = raw.decode(errors="replace")[:500] or "worker error"
+            body = ApiError(sent.response.status, msg, "upstream_error").body()
+        return JSONResponse(body, status_code=sent.response.status, headers=headers)
+
+    async def _whole(self, fw: Forward, sent: _Sent, headers: dict[str, str]) -> Response:
+        try:
+            raw = await sent.response.read()
+        except UpstreamError as exc:
+            await self._finish(fw, sent, status=f"upstream_{exc.kind}")
+            raise _api_error(fw.decision.backend, exc) from None
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            await self._finish(fw, sent, status="upstream_invalid")
+            raise upstream_failed(fw.decision.backend, "response is not JSON") from None
+        usage = body.get("usage") if isinstance(body, dict) else None
+        prompt, completion = _usage_tokens(usage, fw.prompt_tokens_estimate, 0)
+        _mark_whole(sent.timeline, body, prompt, completion)
+        figure = await self._finish(fw, sent, "ok", prompt, completion)
+        if isinstance(usage, dict):
+            usage.update(_energy_fields(figure))
+        if figure is not None:
+            headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
+            headers["x-joulegate-energy-source"] = figure.source
+        return JSONResponse(body, headers=headers)
+
+    async def _stream(self, fw: Forward, sent: _Sent) -> AsyncIterator[bytes]:
+        splitter = sse.EventSplitter()
+        decode = 0
+        usage_event: dict[str, Any] | None = None
+        status = "ok"
+        prompt_guess = fw.prompt_tokens_estimate
+        try:
+            async for chunk in sent.response.chunks():
+                for event in splitter.feed(chunk):
+                    obj = sse.event_json(event)
+                    if obj is not None and obj.get("usage") and not obj.get("choices"):
+                        usage_event = obj  # held back: energy is added at the end
+                        continue
+                    if sse.is_done(event):
+                        continue
+                    if obj is not None and _has_text(obj):
+                        decode += 1
+                        sent.timeline.mark(prompt_guess, decode)
+                    yield event
+            rest = splitter.rest()
+            if rest.strip():
+                yield rest
+        except UpstreamError as exc:
+            status = f"upstream_{exc.kind}"
+            yield _api_error(fw.decision.backend, exc).sse_event()
+        except asyncio.CancelledError:
+            status = "client_disconnected"
+            raise
+        finally:
+            usage = usage_event.get("usage") if usage_event else None
+            prompt, completion = _usage_tokens(usage, prompt_guess, decode)
+            if prompt != prompt_guess:
+                sent.timeline.scale_prompt(prompt)
+            # Shielded: a client disconnect cancels this generator, and the
+            # replica, the window and the metrics must still be closed.
+            with anyio.CancelScope(shield=True):
+                figure = await self._finish(fw, sent, status, prompt, completion)
+        if usage_event is not None and fw.client_wants_usage and isinstance(usage, dict):
+            usage.update(_energy_fields(figure))
+            yield sse.encode(usage_event)
+        yield sse.DONE
+
+    async def _finish(
+        self, fw: Forward, sent: _Sent, status: str, prompt: int = 0, completion: int = 0
+    ) -> EnergyFigure | None:
+        """Release the replica, close the energy window, record metrics."""
+        await sent.response.aclose()
+        sent.state.outstanding -= 1
+        upstream_s = time.perf_counter() - sent.sent_at
+        d = fw.decision
+        sent.timeline.mark(prompt, completion)
+        figure = await self._meter.close(sent.window, sent.timeline.points())
+        self._count(fw, status)
+        self._metrics.observe_upstream(d.tier, d.backend, upstream_s)
+        self._metrics.tokens(d.tier, d.backend, prompt, completion)
+        total_s = time.perf_counter() - fw.received_at
+        self._metrics.observe_overhead(max(0.0, total_s - upstream_s))
+        if sent.window is not None:
+            task = asyncio.create_task(self._settle(d, sent.window))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
+        return figure
+
+    async def _settle(self, d: Decision, window: str) -> None:
+        """Wait for the final figure (the next counter step) and record it."""
+        figure = await self._meter.settle(window)
+        if figure is not None:
+            self._metrics.request_energy(d.tier, d.backend, figure)
+
+    async def drain(self) -> None:
+        for task in list(self._settling):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _count(self, fw: Forward, status: str) -> None:
+        d = fw.decision
+        self._metrics.request(d.tier, d.backend, fw.route, d.category, status)
+
+
+def _api_error(backend: str, exc: UpstreamError) -> ApiError:
+    if exc.kind == "timeout":
+        return upstream_timeout(backend)
+    return upstream_failed(backend, exc.detail)
+
+
+def _has_text(chunk: dict[str, Any]) -> bool:
+    """True when a stream chunk carries generated text (one token on llama.cpp)."""
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        parts = [choice.get("text")]
+        if isinstance(delta, dict):
+            parts += [delta.get("content"), delta.get("reasoning_content")]
+        if any(isinstance(p, str) and p for p in parts):
+            return True
+    return False
+
+
+def _usage_tokens(usage: object, prompt_default: int, completion_default: int) -> tuple[int, int]:
+    """(prompt tokens computed, completion tokens); cached prompt tokens cost no prefill."""
+    if not isinstance(usage, dict):
+        return prompt_default, completion_default
+    p = usage.get("prompt_tokens")
+    c = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    prompt = p if isinstance(p, int) else prompt_default
+    if isinstance(cached, int):
+        prompt = max(0, prompt - cached)
+    return prompt, c if isinstance(c, int) else completion_default
+
+
+def _mark_whole(timeline: TokenTimeline, body: object, prompt: int, completion: int) -> None:
+    """A non-streamed request's progress: prefill first, then decode to the end.
+
+    llama.cpp reports `timings.predicted_ms`; where it does, decode is placed in
+    the last `predicted_ms` of the request, else prefill is placed at the start.
+    """
+    end = timeline.elapsed_s()
+    timings = body.get("timings") if isinstance(body, dict) else None
+    decode_s = None
+    if isinstance(timings, dict) and isinstance(timings.get("predicted_ms"), int | float):
+        decode_s = min(end, float(timings["predicted_ms"]) / 1000.0)
+    first = end - decode_s if decode_s is not None else 0.0
+    timeline.mark(prompt, 0, offset_s=first)
+    timeline.mark(prompt, completion, offset_s=end)
+
+
+def _energy_fields(figure: EnergyFigure | None) -> dict[str, Any]:
+    if figure is None:
+        return {"energy_joules": None, "energy_source": "unavailable"}
+    return {
+        "energy_joules": round(figure.net_j, 4),
+        "energy_gross_joules": round(figure.gross_j, 4),
+        "energy_source": figure.source,
+        "energy_final": figure.final,
+    }

@@ -1,0 +1,212 @@
+"""The HTTP surface: OpenAI endpoints plus joulegate's own."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from app.catalog import Backend, Catalog
+from app.errors import bad_request, no_healthy_worker, not_found_model
+from app.pool import ReplicaPool
+from app.proxy import Forward, Proxy
+from app.requests import message_text, parse_json, validate_chat, validate_completion
+from router.decision import POLICIES, Decision, Policy, Query
+from router.rewrite import rewrite_chat
+from telemetry.metrics import CONTENT_TYPE, Metrics
+
+
+class RouterLike:
+    def decide(self, q: Query) -> Decision: ...
+
+
+@dataclass
+class Gateway:
+    """Everything a handler needs, built once by the app factory."""
+
+    catalog: Catalog
+    pool: ReplicaPool
+    proxy: Proxy
+    router: RouterLike
+    metrics: Metrics
+    max_body_bytes: int
+    default_policy: Policy
+
+
+def _gw(request: Request) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+def conversation_text(messages: list[Any]) -> str:
+    """The conversation as the router reads it: the last user turn, repeated
+    twice so it weighs most, after the earlier turns."""
+    texts = [message_text(m.content) for m in messages]
+    last_user = next(
+        (message_text(m.content) for m in reversed(messages) if m.role == "user"), "")
+    return "\n".join([*texts, last_user, last_user])
+
+
+def estimate_tokens(text: str) -> int:
+    # ~4 characters a token for English with Llama-3 tokenizers; corrected
+    # from the worker's usage when the request ends.
+    return max(1, len(text) // 4)
+
+
+def _policy(request: Request, default: Policy) -> tuple[Policy, float | None]:
+    raw = request.headers.get("x-joulegate-policy")
+    policy: Policy = default
+    if raw is not None:
+        if raw not in POLICIES:
+            raise bad_request(
+                f"x-joulegate-policy must be one of {', '.join(POLICIES)}", "x-joulegate-policy")
+        policy = raw  # type: ignore[assignment]
+    cap = request.headers.get("x-joulegate-max-joules")
+    max_j = None
+    if cap is not None:
+        try:
+            max_j = float(cap)
+        except ValueError:
+            max_j = -1.0
+        if not max_j > 0:
+            raise bad_request("x-joulegate-max-joules must be a positive number",
+                              "x-joulegate-max-joules")
+    return policy, max_j
+
+
+def _forced(gw: Gateway, model: str, q: Query) -> Decision | None:
+    """A decision for a model named explicitly (tier, backend or upstream name)."""
+    backend: Backend | None
+    if model in gw.catalog.tiers:
+        backend = gw.pool.healthy_backend(model)
+        if backend is None:
+            raise no_healthy_worker(model)
+    else:
+        backend = gw.catalog.backend(model) or next(
+            (b for b in gw.catalog.backends if b.model == model), None)
+    if backend is None:
+        return None
+    return Decision(
+        tier=backend.tier, backend=backend.name, strategy="direct",
+        max_tokens=q.max_tokens or 0, thinking_budget=None, category="forced",
+        policy=q.policy, reason=f"model '{model}' asked for by name", routed=False)
+
+
+def decide(gw: Gateway, model: str, q: Query) -> Decision:
+    if model in ("auto", gw.catalog.defaults.model):
+        start = time.perf_counter()
+        d = gw.router.decide(q)
+        gw.metrics.decision(d.tier, d.strategy, d.category, time.perf_counter() - start)
+        return d
+    forced = _forced(gw, model, q)
+    if forced is None:
+        raise not_found_model(model)
+    return forced
+
+
+async def _body(request: Request, limit: int) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        parse_json(b" " * (limit + 1), limit)  # raises the 413
+    return parse_json(await request.body(), limit)
+
+
+def build_router() -> APIRouter:
+    api = APIRouter()
+
+    @api.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        received = time.perf_counter()
+        gw = _gw(request)
+        body = await _body(request, gw.max_body_bytes)
+        req = validate_chat(body)
+        policy, max_j = _policy(request, gw.default_policy)
+        text = conversation_text(req.messages)
+        limit = req.max_completion_tokens or req.max_tokens
+        q = Query(text, estimate_tokens(text), limit, policy, max_j)
+        d = decide(gw, req.model, q)
+        backend = gw.catalog.backend(d.backend)
+        assert backend is not None
+        out = rewrite_chat(body, d, backend.model, backend.reasoning)
+        return await gw.proxy.forward(_forward(
+            "/v1/chat/completions", out, d, req.stream, req.stream_options, q, received))
+
+    @api.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        received = time.perf_counter()
+        gw = _gw(request)
+        body = await _body(request, gw.max_body_bytes)
+        req = validate_completion(body)
+        policy, max_j = _policy(request, gw.default_policy)
+        text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
+        tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
+        q = Query(text, tokens or estimate_tokens(text), req.max_tokens, policy, max_j)
+        d = decide(gw, req.model, q)
+        backend = gw.catalog.backend(d.backend)
+        assert backend is not None
+        out = dict(body, model=backend.model)
+        if d.routed and "max_tokens" not in body:
+            out["max_tokens"] = d.max_tokens
+        return await gw.proxy.forward(_forward(
+            "/v1/completions", out, d, req.stream, req.stream_options, q, received))
+
+    @api.post("/v1/route")
+    async def route(request: Request) -> Response:
+        gw = _gw(request)
+        body = await _body(request, gw.max_body_bytes)
+        req = validate_chat(body)
+        policy, max_j = _policy(request, gw.default_policy)
+        text = conversation_text(req.messages)
+        limit = req.max_completion_tokens or req.max_tokens
+        d = decide(gw, req.model, Query(text, estimate_tokens(text), limit, policy, max_j))
+        return JSONResponse(d.as_json())
+
+    @api.get("/v1/models")
+    async def models(request: Request) -> Response:
+        gw = _gw(request)
+        now = int(time.time())
+        data: list[dict[str, Any]] = [
+            {"id": "auto", "object": "model", "created": now, "owned_by": "joulegate",
+             "joulegate": {"kind": "router"}}]
+        for tier in gw.catalog.tiers:
+            data.append({"id": tier, "object": "model", "created": now, "owned_by": "joulegate",
+                         "joulegate": {"kind": "tier", "up": gw.pool.tier_up(tier)}})
+        for b in gw.catalog.backends:
+            data.append({"id": b.name, "object": "model", "created": now,
+                         "owned_by": "joulegate",
+                         "joulegate": {"kind": "backend", "engine": b.kind, "tier": b.tier,
+                                       "upstream_model": b.model,
+                                       "replicas": len(b.replicas),
+                                       "up": gw.pool.backend_up(b.name)}})
+        return JSONResponse({"object": "list", "data": data})
+
+    @api.get("/healthz")
+    async def healthz() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @api.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        gw = _gw(request)
+        tiers = {t: gw.pool.tier_up(t) for t in gw.catalog.tiers}
+        ok = all(tiers.values())
+        return JSONResponse({"ready": ok, "tiers": tiers}, status_code=200 if ok else 503)
+
+    @api.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        return Response(_gw(request).metrics.render(), media_type=CONTENT_TYPE)
+
+    return api
+
+
+def _forward(path: str, body: dict[str, Any], d: Decision, stream: bool,
+             stream_options: Any, q: Query, received: float) -> Forward:
+    wants_usage = bool(stream_options and stream_options.include_usage)
+    if stream:
+        # Always ask the worker for usage (to count tokens); withheld from
+        # clients that did not ask for it.
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return Forward(path, body, d, "auto" if d.routed else "forced", stream, wants_usage,
+                   q.prompt_tokens, received)

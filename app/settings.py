@@ -1,0 +1,30 @@
+"""Gateway settings, read from the environment (prefix JOULEGATE_)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PolicyName = Literal["min-energy", "balanced", "max-quality"]
+
+
+class Settings(BaseSettings):
+    """Everything an operator can set without editing models.yaml."""
+
+    model_config = SettingsConfigDict(env_prefix="JOULEGATE_", extra="ignore")
+
+    models_file: Path = Path("models.yaml")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    read_timeout_seconds: float = Field(default=120.0, gt=0)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    health_interval_seconds: float = Field(default=2.0, gt=0)
+    upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    policy: PolicyName = "balanced"
+    sample_hz: float = Field(default=20.0, gt=0, le=100)
+    agent_url: str | None = None
+    log_level: str = "info"

@@ -1,0 +1,42 @@
+"""What the router decides for one request, and what it is asked."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Strategy = Literal["direct", "cot"]
+Policy = Literal["min-energy", "balanced", "max-quality"]
+POLICIES: tuple[Policy, ...] = ("min-energy", "balanced", "max-quality")
+
+
+@dataclass(frozen=True)
+class Query:
+    """The plain facts of a request the router decides on."""
+
+    text: str
+    prompt_tokens: int
+    max_tokens: int | None = None
+    policy: Policy = "balanced"
+    max_joules: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One routing decision; `reason` says in words why it was taken."""
+
+    tier: str
+    backend: str
+    strategy: Strategy
+    max_tokens: int
+    thinking_budget: int | None
+    category: str
+    category_probabilities: dict[str, float] = field(default_factory=dict)
+    expected_joules: float | None = None
+    expected_quality: float | None = None
+    policy: Policy = "balanced"
+    reason: str = ""
+    routed: bool = True
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)

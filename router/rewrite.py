@@ -1,0 +1,34 @@
+"""Rewriting a chat body for a decision: model name, token caps, strategy."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from router.decision import Decision
+
+COT_INSTRUCTION = (
+    "Think step by step, briefly, then give the final answer on its own line "
+    "starting with 'Answer:'."
+)
+DIRECT_INSTRUCTION = "Answer directly and concisely, without showing your reasoning."
+
+
+def rewrite_chat(
+    body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool
+) -> dict[str, Any]:
+    """A copy of `body` for the worker; unknown fields are kept as they are."""
+    out = copy.deepcopy(body)
+    out["model"] = upstream_model
+    if not d.routed:
+        return out
+    if "max_tokens" not in out and "max_completion_tokens" not in out:
+        out["max_tokens"] = d.max_tokens
+    if reasoning:
+        return out
+    # Non-reasoning models: the strategy is expressed by prompting.
+    instruction = COT_INSTRUCTION if d.strategy == "cot" else None
+    if instruction is not None:
+        messages = out.get("messages", [])
+        out["messages"] = [{"role": "system", "content": instruction}, *messages]
+    return out

@@ -1,0 +1,57 @@
+"""Choosing an energy source for a device and running its sampler and ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from telemetry.estimate import EstimateReader
+from telemetry.ledger import Ledger
+from telemetry.metrics import DeviceView
+from telemetry.nvml import NvmlReader
+from telemetry.rapl import RaplReader
+from telemetry.reader import EnergyReader, ReaderError
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    name: str
+    host: str
+    source: str  # auto | nvml | rapl | estimate
+    index: int
+    idle_power_w: float | None
+    estimate_max_power_w: float
+    estimate_idle_power_w: float
+
+
+def make_reader(spec: DeviceSpec) -> EnergyReader:
+    """The named source, or for `auto` the best that works: nvml, rapl, estimate."""
+    order = ["nvml", "rapl", "estimate"] if spec.source == "auto" else [spec.source]
+    errors = []
+    for source in order:
+        try:
+            if source == "nvml":
+                return NvmlReader(spec.index)
+            if source == "rapl":
+                return RaplReader(spec.index)
+            return EstimateReader(spec.estimate_idle_power_w, spec.estimate_max_power_w)
+        except ReaderError as exc:
+            errors.append(f"{source}: {exc}")
+    raise ReaderError(f"device {spec.name}: no energy source works ({'; '.join(errors)})")
+
+
+@dataclass
+class MeteredDevice:
+    spec: DeviceSpec
+    reader: EnergyReader
+    ledger: Ledger
+
+    def view(self) -> DeviceView:
+        return DeviceView(self.spec.name, self.spec.host, self.reader.source, self.ledger.totals)
+
+
+def metered_device(spec: DeviceSpec, prefill_weight: float) -> MeteredDevice:
+    reader = make_reader(spec)
+    # An estimate's idle is whatever was configured; real counters learn theirs.
+    idle = spec.estimate_idle_power_w if reader.source == "estimate" else spec.idle_power_w
+    ledger = Ledger(reader.source, prefill_weight=prefill_weight, idle_power_w=idle)
+    return MeteredDevice(spec, reader, ledger)

@@ -1,0 +1,296 @@
+"""Attribution of one device's measured energy to the requests that ran on it.
+
+The counter moves in steps (every ~100 ms on NVML). Each observed step is a
+span [previous change, this change] whose energy is taken as spread evenly
+over it, so a request shorter than a step gets its share of the step instead
+of 0 J or a whole step. For every span:
+
+    idle  = min(E, idle_power_w x duration)        -> the idle account
+    net   = E - idle, split among the requests overlapping the span by their
+            token work in it (decode + w x prefill, interpolated from each
+            request's token timeline); by overlap time when none did work yet;
+            and, when no request overlaps it, to the tail (unattributed) account.
+
+A span is settled once every request overlapping it has closed (their token
+timelines are complete), so the invariant holds exactly:
+    attributed + idle + unattributed == measured.
+A request's figure is final once a span ending after its close has settled.
+
+The idle baseline is configured or learned from quiet spans (no request for
+`quiet_s`), and re-learned whenever the device is quiet again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from telemetry.timeline import EnergyFigure, Point
+
+
+@dataclass
+class _Window:
+    wid: str
+    opened_at: float
+    closed_at: float | None = None
+    times: list[float] = field(default_factory=list)
+    work: list[float] = field(default_factory=list)
+    prefill: list[float] = field(default_factory=list)
+    net_j: float = 0.0
+    idle_share_j: float = 0.0
+    prefill_j: float = 0.0
+    decode_j: float = 0.0
+    settled_until: float = float("-inf")
+
+    def overlaps(self, a: float, b: float) -> bool:
+        return self.opened_at < b and (self.closed_at is None or self.closed_at > a)
+
+    def overlap_s(self, a: float, b: float) -> float:
+        end = b if self.closed_at is None else min(b, self.closed_at)
+        return max(0.0, end - max(a, self.opened_at))
+
+    def work_at(self, t: float) -> tuple[float, float]:
+        """(total work, prefill work) done by time t, linearly interpolated."""
+        ts = self.times
+        if not ts or t <= ts[0]:
+            return 0.0, 0.0
+        if t >= ts[-1]:
+            return self.work[-1], self.prefill[-1]
+        i = bisect.bisect_right(ts, t)
+        t0, t1 = ts[i - 1], ts[i]
+        f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+        w = self.work[i - 1] + f * (self.work[i] - self.work[i - 1])
+        p = self.prefill[i - 1] + f * (self.prefill[i] - self.prefill[i - 1])
+        return w, p
+
+    @property
+    def final(self) -> bool:
+        return self.closed_at is not None and self.settled_until >= self.closed_at
+
+
+@dataclass(frozen=True)
+class Totals:
+    measured_j: float
+    attributed_j: float
+    idle_j: float
+    unattributed_j: float
+    idle_power_w: float | None
+    power_w: float | None
+    resets: int
+    open_windows: int
+
+
+class Ledger:
+    """Thread-safe: the sampler thread ingests, request handlers open and close."""
+
+    def __init__(
+        self,
+        source: str,
+        prefill_weight: float = 0.1,
+        idle_power_w: float | None = None,
+        learn_idle: bool = True,
+        quiet_s: float = 2.0,
+        max_window_s: float = 3600.0,
+        keep_results_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self._w = prefill_weight
+        self._idle_w = idle_power_w
+        self._learn_idle = learn_idle and idle_power_w is None
+        self._quiet_s = quiet_s
+        self._max_window_s = max_window_s
+        self._keep_s = keep_results_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._windows: dict[str, _Window] = {}
+        self._pending: list[tuple[float, float, float]] = []  # (a, b, energy_j)
+        self._last_counter: float | None = None
+        self._last_change_t: float | None = None
+        self._last_close_t = float("-inf")
+        self._power_w: float | None = None
+        self._last_span: tuple[float, float, float] | None = None
+        self._quiet_j = 0.0
+        self._quiet_s_sum = 0.0
+        self.measured_j = 0.0
+        self.attributed_j = 0.0
+        self.idle_j = 0.0
+        self.unattributed_j = 0.0
+        self.resets = 0
+
+    # -- sampler side ---------------------------------------------------
+    def ingest(self, t: float, counter_j: float, power_w: float | None = None) -> None:
+        """One sample of the counter; a change closes a span."""
+        with self._lock:
+            if power_w is not None:
+                self._power_w = power_w
+            if self._last_counter is None or self._last_change_t is None:
+                self._last_counter, self._last_change_t = counter_j, t
+                return
+            delta = counter_j - self._last_counter
+            if delta < 0:  # counter reset (driver reload): that stretch is lost
+                self.resets += 1
+                self._last_counter, self._last_change_t = counter_j, t
+                return
+            if delta == 0 or t <= self._last_change_t:
+                return
+            self._pending.append((self._last_change_t, t, delta))
+            self._last_span = (self._last_change_t, t, delta)
+            self.measured_j += delta
+            self._last_counter, self._last_change_t = counter_j, t
+            self._expire(t)
+            self._settle()
+
+    # -- request side ---------------------------------------------------
+    def open(self) -> str:
+        with self._lock:
+            wid = f"w{next(self._ids)}"
+            self._windows[wid] = _Window(wid, self.clock())
+            return wid
+
+    def close(self, wid: str, points: list[Point]) -> EnergyFigure | None:
+        """Close a window with its token timeline; returns the provisional figure."""
+        with self._lock:
+            win = self._windows.get(wid)
+            if win is None or win.closed_at is not None:
+                return None
+            now = self.clock()
+            win.closed_at = now
+            self._last_close_t = now
+            for off, prompt, decode in sorted(points):
+                t = min(now, win.opened_at + max(0.0, off))
+                pw = self._w * prompt
+                if win.times and t <= win.times[-1]:
+                    t = win.times[-1]
+                    win.times[-1], win.work[-1], win.prefill[-1] = t, pw + decode, pw
+                else:
+                    win.times.append(t)
+                    win.work.append(pw + decode)
+                    win.prefill.append(pw)
+            self._settle()
+            return self._figure(win, provisional=True)
+
+    def abandon(self, wid: str) -> None:
+        """Drop a window that never reached a worker; it did no work."""
+        self.close(wid, [])
+
+    def result(self, wid: str) -> EnergyFigure | None:
+        with self._lock:
+            win = self._windows.get(wid)
+            return None if win is None else self._figure(win, provisional=not win.final)
+
+    def totals(self) -> Totals:
+        with self._lock:
+            return Totals(
+                self.measured_j, self.attributed_j, self.idle_j, self.unattributed_j,
+                self._idle_w, self._power_w, self.resets,
+                sum(1 for w in self._windows.values() if w.closed_at is None),
+            )
+
+    @property
+    def idle_power_w(self) -> float | None:
+        return self._idle_w
+
+    # -- attribution ----------------------------------------------------
+    def _settle(self) -> None:
+        while self._pending:
+            a, b, energy = self._pending[0]
+            wins = [w for w in self._windows.values() if w.overlaps(a, b)]
+            if any(w.closed_at is None for w in wins):
+                return
+            self._pending.pop(0)
+            self._attribute(a, b, energy, wins, commit=True)
+
+    def _attribute(
+        self, a: float, b: float, energy: float, wins: list[_Window], commit: bool
+    ) -> dict[str, float]:
+        """Split one span; with commit=False only return the net shares."""
+        idle_w = self._idle_w or 0.0
+        idle = min(energy, idle_w * (b - a))
+        net = energy - idle
+        works = [(w, *_span_work(w, a, b)) for w in wins]
+        total = sum(x[1] for x in works)
+        overlap_total = sum(w.overlap_s(a, b) for w in wins)
+        shares: dict[str, float] = {}
+        for w, work, pre in works:
+            if total > 0:
+                f = work / total
+            elif overlap_total > 0:
+                f = w.overlap_s(a, b) / overlap_total
+            else:
+                f = 0.0
+            shares[w.wid] = net * f
+            if not commit:
+                continue
+            w.net_j += net * f
+            pre_f = pre / work if work > 0 else 0.0
+            w.prefill_j += net * f * pre_f
+            w.decode_j += net * f * (1 - pre_f)
+            if wins:
+                w.idle_share_j += idle * w.overlap_s(a, b) / (b - a) / len(wins)
+            w.settled_until = b
+        if commit:
+            attributed = sum(shares.values())
+            self.attributed_j += attributed
+            self.idle_j += idle
+            self.unattributed_j += net - attributed
+            self._learn(a, b, energy, wins)
+        return shares
+
+    def _learn(self, a: float, b: float, energy: float, wins: list[_Window]) -> None:
+        """Refresh the idle baseline from spans long after the last request."""
+        if not self._learn_idle or wins or a - self._last_close_t < self._quiet_s:
+            return
+        # A running mean over the recent quiet stretch (decays so it tracks drift).
+        decay = 0.5 ** ((b - a) / 30.0)
+        self._quiet_j = self._quiet_j * decay + energy
+        self._quiet_s_sum = self._quiet_s_sum * decay + (b - a)
+        if self._quiet_s_sum >= 1.0:
+            self._idle_w = self._quiet_j / self._quiet_s_sum
+
+    def _figure(self, win: _Window, provisional: bool) -> EnergyFigure:
+        net, gross = win.net_j, win.net_j + win.idle_share_j
+        if provisional and win.closed_at is not None:
+            extra = self._estimate_unsettled(win)
+            net += extra
+            gross += extra
+        return EnergyFigure(
+            net_j=net, gross_j=gross, source=self.source, final=win.final,
+            prefill_j=win.prefill_j, decode_j=win.decode_j,
+        )
+
+    def _estimate_unsettled(self, win: _Window) -> float:
+        """Net joules not yet settled: pending spans as they stand, plus the
+        stretch since the last step at the most recent span's net power."""
+        extra = 0.0
+        end = max(win.settled_until, win.opened_at)
+        for a, b, energy in self._pending:
+            if win.overlaps(a, b):
+                wins = [w for w in self._windows.values() if w.overlaps(a, b)]
+                extra += self._attribute(a, b, energy, wins, commit=False).get(win.wid, 0.0)
+                end = max(end, b)
+        assert win.closed_at is not None
+        if win.closed_at > end and self._last_span is not None:
+            a, b, energy = self._last_span
+            net_w = max(0.0, energy / (b - a) - (self._idle_w or 0.0))
+            n = max(1, sum(1 for w in self._windows.values() if w.overlaps(end, win.closed_at)))
+            extra += net_w * (win.closed_at - end) / n
+        return extra
+
+    def _expire(self, now: float) -> None:
+        for wid, w in list(self._windows.items()):
+            if w.closed_at is None and now - w.opened_at > self._max_window_s:
+                w.closed_at = now  # leaked window: closed with no work
+            elif w.closed_at is not None and w.final and now - w.closed_at > self._keep_s:
+                del self._windows[wid]
+
+
+def _span_work(w: _Window, a: float, b: float) -> tuple[float, float]:
+    wa, pa = w.work_at(a)
+    wb, pb = w.work_at(b)
+    return max(0.0, wb - wa), max(0.0, pb - pa)

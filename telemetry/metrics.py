@@ -1,0 +1,148 @@
+"""Prometheus metrics: the only module that imports prometheus_client.
+
+Names carry their unit; labels never carry request ids. Device counters are
+read from the ledgers at scrape time by a collector, so they are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from telemetry.ledger import Totals
+from telemetry.timeline import EnergyFigure
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_ENERGY_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """What the collector needs of one metered device."""
+
+    device: str
+    host: str
+    source: str
+    totals: Callable[[], Totals]
+
+
+class _DeviceCollector(Collector):
+    def __init__(self, devices: Callable[[], Iterable[DeviceView]]) -> None:
+        self._devices = devices
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        energy = CounterMetricFamily(
+            "joulegate_device_energy_joules", "Energy measured on the device",
+            labels=["device", "host", "source"])
+        idle = CounterMetricFamily(
+            "joulegate_idle_energy_joules", "Energy booked to the idle baseline",
+            labels=["device", "host", "source"])
+        tail = CounterMetricFamily(
+            "joulegate_tail_energy_joules",
+            "Energy above idle while no request was running (tail, unattributed)",
+            labels=["device", "host", "source"])
+        attributed = CounterMetricFamily(
+            "joulegate_attributed_energy_joules", "Energy above idle attributed to requests",
+            labels=["device", "host", "source"])
+        power = GaugeMetricFamily(
+            "joulegate_device_power_watts", "Instant power of the device",
+            labels=["device", "host", "source"])
+        idle_power = GaugeMetricFamily(
+            "joulegate_device_idle_power_watts", "Idle baseline power of the device",
+            labels=["device", "host", "source"])
+        for d in self._devices():
+            t = d.totals()
+            labels = [d.device, d.host, d.source]
+            energy.add_metric(labels, t.measured_j)
+            idle.add_metric(labels, t.idle_j)
+            tail.add_metric(labels, t.unattributed_j)
+            attributed.add_metric(labels, t.attributed_j)
+            if t.power_w is not None:
+                power.add_metric(labels, t.power_w)
+            if t.idle_power_w is not None:
+                idle_power.add_metric(labels, t.idle_power_w)
+        yield from (energy, idle, tail, attributed, power, idle_power)
+
+
+class Metrics:
+    """All gateway metrics, registered on an injected registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        r = registry
+        self._requests = Counter(
+            "joulegate_requests", "Requests by outcome",
+            ["tier", "backend", "route", "category", "status"], registry=r)
+        self._request_energy = Histogram(
+            "joulegate_request_energy_joules", "Net energy per request (final figures)",
+            ["tier", "backend", "source"], buckets=_ENERGY_BUCKETS, registry=r)
+        self._energy = Counter(
+            "joulegate_energy_joules", "Net energy attributed to requests, by phase",
+            ["tier", "backend", "phase", "source"], registry=r)
+        self._tokens = Counter(
+            "joulegate_tokens", "Tokens processed", ["tier", "backend", "kind"], registry=r)
+        self._decisions = Counter(
+            "joulegate_routing_decisions", "Routing decisions",
+            ["tier", "strategy", "category"], registry=r)
+        self._saved = Counter(
+            "joulegate_energy_saved_joules", "Expected energy saved against a baseline",
+            ["baseline"], registry=r)
+        self._route_s = Histogram(
+            "joulegate_route_seconds", "Time to decide a route", buckets=_FAST_BUCKETS,
+            registry=r)
+        self._upstream_s = Histogram(
+            "joulegate_upstream_seconds", "Time spent waiting for workers",
+            ["tier", "backend"], buckets=_SECONDS_BUCKETS, registry=r)
+        self._overhead_s = Histogram(
+            "joulegate_overhead_seconds", "Time the gateway added to a request",
+            buckets=_FAST_BUCKETS, registry=r)
+        self._backend_up = Gauge(
+            "joulegate_backend_up", "1 when a backend has a healthy replica", ["backend"],
+            registry=r)
+        self._stops = Counter(
+            "joulegate_generation_stops", "Generations the gateway stopped, by reason",
+            ["tier", "backend", "reason"], registry=r)
+
+    def watch_devices(self, devices: Callable[[], Iterable[DeviceView]]) -> None:
+        self.registry.register(_DeviceCollector(devices))
+
+    def request(self, tier: str, backend: str, route: str, category: str, status: str) -> None:
+        self._requests.labels(tier, backend, route, category, status).inc()
+
+    def request_energy(self, tier: str, backend: str, figure: EnergyFigure) -> None:
+        self._request_energy.labels(tier, backend, figure.source).observe(figure.net_j)
+        self._energy.labels(tier, backend, "prefill", figure.source).inc(figure.prefill_j)
+        self._energy.labels(tier, backend, "decode", figure.source).inc(figure.decode_j)
+
+    def tokens(self, tier: str, backend: str, prompt: int, completion: int) -> None:
+        self._tokens.labels(tier, backend, "prompt").inc(prompt)
+        self._tokens.labels(tier, backend, "completion").inc(completion)
+
+    def decision(self, tier: str, strategy: str, category: str, seconds: float) -> None:
+        self._decisions.labels(tier, strategy, category).inc()
+        self._route_s.observe(seconds)
+
+    def saved(self, baseline: str, joules: float) -> None:
+        if joules > 0:
+            self._saved.labels(baseline).inc(joules)
+
+    def observe_upstream(self, tier: str, backend: str, seconds: float) -> None:
+        self._upstream_s.labels(tier, backend).observe(seconds)
+
+    def observe_overhead(self, seconds: float) -> None:
+        self._overhead_s.observe(seconds)
+
+    def backend_up(self, backend: str, up: bool) -> None:
+        self._backend_up.labels(backend).set(1 if up else 0)
+
+    def stop(self, tier: str, backend: str, reason: str) -> None:
+        self._stops.labels(tier, backend, reason).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

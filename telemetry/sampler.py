@@ -1,0 +1,84 @@
+"""One sampling thread per device, off the event loop.
+
+It reads the device's counter at `hz` (10-20 Hz sees every ~100 ms NVML step),
+keeps a bounded ring of (time, counter, power) samples, feeds the ledger, and
+survives reader errors: a failing counter never fails a request, it shows up
+as `errors` and as requests whose figure stays provisional.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from telemetry.ledger import Ledger
+from telemetry.reader import EnergyReader, ReaderError
+
+log = logging.getLogger("joulegate.sampler")
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    counter_j: float
+    power_w: float | None
+
+
+class Sampler:
+    def __init__(
+        self, reader: EnergyReader, ledger: Ledger, hz: float = 20.0, ring: int = 4096
+    ) -> None:
+        self.reader = reader
+        self.ledger = ledger
+        self._period_s = 1.0 / hz
+        self.samples: deque[Sample] = deque(maxlen=ring)
+        self.errors = 0
+        self.reads = 0
+        self.read_seconds = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> Sample | None:
+        start = time.perf_counter()
+        try:
+            r = self.reader.read()
+        except ReaderError as exc:
+            self.errors += 1
+            if self.errors in (1, 10, 100) or self.errors % 1000 == 0:
+                log.warning("%s reader failed (%d so far): %s", self.reader.name, self.errors, exc)
+            return None
+        finally:
+            self.read_seconds += time.perf_counter() - start
+            self.reads += 1
+        s = Sample(self.ledger.clock(), r.counter_j, r.power_w)
+        self.samples.append(s)
+        self.ledger.ingest(s.t, s.counter_j, s.power_w)
+        return s
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception:  # never let the thread die; the ledger must keep going
+                self.errors += 1
+                log.exception("sampler error")
+            next_t += self._period_s
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (slow reads): skip, don't burst
+                next_t = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="joulegate-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.reader.close()
