@@ -1,0 +1,254 @@
+"""The gateway end to end: the real openai client, real llama-server workers."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import RunningGateway, Workers, catalog_for, run_gateway
+
+pytestmark = pytest.mark.integration
+
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+def client(gw: RunningGateway, **kw: object) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.v1, api_key="unused", max_retries=0, **kw)  # type: ignore[arg-type]
+
+
+def test_chat_non_streaming_carries_energy_and_headers(gateway: RunningGateway) -> None:
+    raw = client(gateway).chat.completions.with_raw_response.create(
+        model="auto", messages=MSG, max_tokens=8)  # type: ignore[arg-type]
+    resp = raw.parse()
+    assert raw.headers["x-joulegate-tier"] in ("small", "large")
+    assert raw.headers["x-joulegate-route"] == "auto"
+    assert float(raw.headers["x-joulegate-energy-joules"]) >= 0
+    assert resp.choices[0].message.content
+    usage = resp.usage.model_dump()  # type: ignore[union-attr]
+    assert usage["completion_tokens"] == 8
+    assert usage["energy_source"] == "estimate"
+    assert usage["energy_joules"] > 0
+
+
+def test_chat_streaming_with_usage(gateway: RunningGateway) -> None:
+    stream = client(gateway).chat.completions.create(
+        model="small", messages=MSG, max_tokens=6, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+    usage = chunks[-1].usage
+    assert usage is not None and usage.completion_tokens == 6
+    assert usage.model_dump()["energy_joules"] > 0
+
+
+def test_streaming_without_usage_withholds_it_and_ends_with_done(
+        gateway: RunningGateway) -> None:
+    body = {"model": "large", "messages": MSG, "max_tokens": 4, "stream": True}
+    with httpx.stream("POST", gateway.v1 + "/chat/completions", json=body) as r:
+        assert r.headers["x-joulegate-tier"] == "large"
+        assert r.headers["x-joulegate-route"] == "forced"
+        events = [e for e in r.read().decode().split("\n\n") if e.strip()]
+    assert events[-1] == "data: [DONE]"
+    assert not any('"usage"' in e and '"choices":[]' in e for e in events)
+
+
+def test_completions_both_ways(gateway: RunningGateway) -> None:
+    c = client(gateway)
+    r = c.completions.create(model="large", prompt="the energy of", max_tokens=5)
+    assert r.choices[0].text and r.usage and r.usage.completion_tokens == 5
+    parts = list(c.completions.create(model="auto", prompt="one two", max_tokens=5,
+                                      stream=True, stream_options={"include_usage": True}))
+    assert "".join(p.choices[0].text for p in parts if p.choices)
+    assert parts[-1].usage is not None
+
+
+def test_models_list(gateway: RunningGateway) -> None:
+    ids = {m.id for m in client(gateway).models.list()}
+    assert {"auto", "small", "large", "small-llamacpp", "large-llamacpp"} <= ids
+
+
+def test_route_dry_run_matches_chat(gateway: RunningGateway) -> None:
+    body = {"model": "auto", "messages": MSG, "max_tokens": 4}
+    decision = httpx.post(gateway.v1 + "/route", json=body).json()
+    for key in ("tier", "backend", "strategy", "max_tokens", "thinking_budget", "category",
+                "category_probabilities", "expected_joules", "expected_quality", "policy",
+                "reason"):
+        assert key in decision
+    r = httpx.post(gateway.v1 + "/chat/completions", json=body, timeout=30)
+    assert r.headers["x-joulegate-tier"] == decision["tier"]
+    assert r.headers["x-joulegate-strategy"] == decision["strategy"]
+
+
+def test_health_ready_metrics(gateway: RunningGateway) -> None:
+    assert httpx.get(gateway.url + "/healthz").status_code == 200
+    ready = httpx.get(gateway.url + "/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    client(gateway).chat.completions.create(model="small", messages=MSG, max_tokens=2)  # type: ignore[arg-type]
+    text = httpx.get(gateway.url + "/metrics").text
+    for name in ("joulegate_requests_total", "joulegate_tokens_total",
+                 "joulegate_upstream_seconds_bucket", "joulegate_overhead_seconds_bucket",
+                 "joulegate_backend_up", "joulegate_device_energy_joules_total"):
+        assert name in text, name
+
+
+def test_first_chunk_arrives_before_worker_finishes(gateway: RunningGateway) -> None:
+    body = {"model": "large", "messages": MSG, "max_tokens": 300, "stream": True}
+    start = time.perf_counter()
+    first = None
+    with httpx.stream("POST", gateway.v1 + "/chat/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if first is None and '"content":"' in line:
+                first = time.perf_counter() - start
+    total = time.perf_counter() - start
+    assert first is not None
+    assert first < total / 3, (first, total)
+
+
+@pytest.mark.parametrize(("body", "status", "param"), [
+    ({"model": "auto", "messages": MSG, "max_tokens": -1}, 400, "max_tokens"),
+    ({"model": "auto", "messages": MSG, "temperature": 2.5}, 400, "temperature"),
+    ({"model": "auto", "messages": MSG, "temperature": -0.1}, 400, "temperature"),
+    ({"model": "auto"}, 400, "messages"),
+    ({"messages": MSG}, 400, "model"),
+    ({"model": "auto", "messages": "hi"}, 400, "messages"),
+    ({"model": "auto", "messages": MSG, "stream": "yes"}, 400, "stream"),
+    ({"model": "auto", "messages": [{"role": "wizard", "content": "x"}]}, 400,
+     "messages.0.role"),
+    ({"model": "gpt-17", "messages": MSG}, 404, "model"),
+])
+def test_bad_requests_get_openai_errors(gateway: RunningGateway, body: dict[str, object],
+                                        status: int, param: str) -> None:
+    r = httpx.post(gateway.v1 + "/chat/completions", json=body)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"] and err["type"]
+
+
+def test_malformed_json_and_wrong_shapes(gateway: RunningGateway) -> None:
+    for raw in (b"{bad", b"[1,2]", b"", b"\xff\xfe"):
+        r = httpx.post(gateway.v1 + "/chat/completions", content=raw,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 400, raw
+        assert r.json()["error"]["code"] == "invalid_json"
+    r = httpx.post(gateway.v1 + "/completions", json={"model": "auto", "prompt": 5})
+    assert r.status_code == 400 and r.json()["error"]["param"].startswith("prompt")
+
+
+def test_bad_policy_headers(gateway: RunningGateway) -> None:
+    body = {"model": "auto", "messages": MSG}
+    r = httpx.post(gateway.v1 + "/route", json=body, headers={"x-joulegate-policy": "cheap"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "x-joulegate-policy"
+    r = httpx.post(gateway.v1 + "/route", json=body, headers={"x-joulegate-max-joules": "-3"})
+    assert r.status_code == 400
+
+
+def test_openai_client_raises_on_errors(gateway: RunningGateway) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client(gateway).chat.completions.create(model="nope", messages=MSG)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError):
+        client(gateway).chat.completions.create(model="auto", messages=MSG, max_tokens=-5)  # type: ignore[arg-type]
+
+
+def test_oversized_body_is_413(workers: Workers) -> None:
+    with run_gateway(catalog_for([workers.small], [workers.large]), max_body_bytes=2000) as gw:
+        big = {"model": "auto", "messages": [{"role": "user", "content": "x" * 5000}]}
+        r = httpx.post(gw.v1 + "/chat/completions", json=big)
+        assert r.status_code == 413
+        assert r.json()["error"]["code"] == "body_too_large"
+
+
+def test_refused_replica_is_skipped(workers: Workers) -> None:
+    from tests.integration.conftest import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    with run_gateway(catalog_for([dead, workers.small], [workers.large])) as gw:
+        gw_state = gw.app.state.gateway
+        for s in gw_state.pool.all_states():
+            s.up = True  # as if the health check had not noticed yet
+        for _ in range(3):
+            r = client(gw).chat.completions.create(model="small", messages=MSG, max_tokens=2)  # type: ignore[arg-type]
+            assert r.choices
+        states = {s.replica.base: s for s in gw_state.pool.all_states()}
+        assert states[dead].up is False
+
+
+def test_no_healthy_worker_is_503(workers: Workers) -> None:
+    from tests.integration.conftest import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    with run_gateway(catalog_for([workers.small], [dead])) as gw:
+        r = httpx.post(gw.v1 + "/chat/completions",
+                       json={"model": "large", "messages": MSG})
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == "no_healthy_worker"
+        ready = httpx.get(gw.url + "/readyz")
+        assert ready.status_code == 503 and ready.json()["tiers"]["large"] is False
+
+
+def test_worker_timeout_is_504(workers: Workers) -> None:
+    with run_gateway(catalog_for([workers.small], [workers.large]),
+                     read_timeout_seconds=0.2) as gw:
+        r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
+                       json={"model": "large", "messages": MSG, "max_tokens": 1500})
+        assert r.status_code == 504
+        assert r.json()["error"]["type"] == "timeout"
+
+
+def test_unknown_fields_are_forwarded(gateway: RunningGateway) -> None:
+    # llama.cpp's own sampling option passes through the gateway untouched.
+    r = httpx.post(gateway.v1 + "/chat/completions", timeout=30, json={
+        "model": "small", "messages": MSG, "max_tokens": 3, "n_probs": 2, "top_k": 5})
+    assert r.status_code == 200
+
+
+def test_error_event_when_worker_dies_mid_stream(
+        llama_bin: str, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tests.integration.conftest import free_port
+    from workers.local import WorkerSpec, start_worker, stop
+
+    spec = WorkerSpec("doomed", "tiny-large", free_port(), parallel=1)
+    proc = start_worker(spec, Path(llama_bin), Path(str(tmp_path)))
+    url = f"http://127.0.0.1:{spec.port}"
+    try:
+        with run_gateway(catalog_for([url], [url])) as gw:
+            body = {"model": "large", "messages": MSG, "max_tokens": 3000, "stream": True}
+            events = []
+            with httpx.stream("POST", gw.v1 + "/chat/completions", json=body,
+                              timeout=60) as r:
+                for line in r.iter_lines():
+                    if line:
+                        events.append(line)
+                    if len(events) == 5:
+                        proc.kill()
+            assert events[-1] == "data: [DONE]"
+            err = json.loads(events[-2][len("data: "):])
+            assert err["error"]["code"] == "upstream_error"
+    finally:
+        stop([proc])
+
+
+def test_client_disconnect_cancels_upstream(workers: Workers) -> None:
+    with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
+        body = {"model": "large", "messages": MSG, "max_tokens": 3000, "stream": True}
+        with httpx.stream("POST", gw.v1 + "/chat/completions", json=body, timeout=60) as r:
+            for i, _ in enumerate(r.iter_lines()):
+                if i > 6:
+                    break
+        # 3000 tokens take the CPU worker many seconds; a cancelled one stops at once.
+        deadline = time.monotonic() + 5
+        busy = True
+        while busy and time.monotonic() < deadline:
+            m = httpx.get(workers.large + "/metrics").text
+            busy = any(ln.startswith("llamacpp:requests_processing") and not ln.endswith(" 0")
+                       for ln in m.splitlines())
+            time.sleep(0.1)
+        assert not busy
+        pool = gw.app.state.gateway.pool
+        assert all(s.outstanding == 0 for s in pool.all_states())
