@@ -32,7 +32,7 @@ class Device(_Strict):
     source: SourceName = "auto"
     index: int = Field(default=0, ge=0, description="NVML device index or RAPL package")
     idle_power_w: float | None = Field(default=None, ge=0)
-    max_power_w: float = Field(default=65.0, gt=0, description="estimate source: power at full load")
+    max_power_w: float = Field(default=65.0, gt=0, description="estimate: power at full load")
     estimate_idle_power_w: float = Field(default=10.0, ge=0)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -19,7 +19,7 @@ from router.rewrite import rewrite_chat
 from telemetry.metrics import CONTENT_TYPE, Metrics
 
 
-class RouterLike:
+class RouterLike(Protocol):
     def decide(self, q: Query) -> Decision: ...
 
 
@@ -63,7 +63,7 @@ def _policy(request: Request, default: Policy) -> tuple[Policy, float | None]:
         if raw not in POLICIES:
             raise bad_request(
                 f"x-joulegate-policy must be one of {', '.join(POLICIES)}", "x-joulegate-policy")
-        policy = raw  # type: ignore[assignment]
+        policy = raw
     cap = request.headers.get("x-joulegate-max-joules")
     max_j = None
     if cap is not None:

@@ -16,7 +16,7 @@ class EventSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         self._buf += chunk
-        events = []
+        events: list[bytes] = []
         while True:
             cut = _boundary(self._buf)
             if cut < 0:

@@ -63,7 +63,7 @@ class UpstreamResponse:
 
     @property
     def content_type(self) -> str:
-        return self._response.headers.get("content-type", "")
+        return str(self._response.headers.get("content-type", ""))
 
     async def chunks(self) -> AsyncIterator[bytes]:
         with _translated():

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from telemetry.reader import Reading, ReaderError
+from telemetry.reader import ReaderError, Reading
 
 
 def proc_stat_busy(path: Path = Path("/proc/stat")) -> tuple[float, float]:

@@ -7,9 +7,10 @@ for energy, the power field only feeds the live gauge.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from telemetry.reader import Reading, ReaderError
+from telemetry.reader import ReaderError, Reading
 
 
 class NvmlReader:
@@ -44,10 +45,8 @@ class NvmlReader:
         return Reading(counter_j=mj / 1000.0, power_w=power_w)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()
-        except self._nvml.NVMLError:
-            pass
 
 
 def nvml_available(index: int) -> bool:

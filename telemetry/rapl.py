@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from telemetry.reader import Reading, ReaderError
+from telemetry.reader import ReaderError, Reading
 
 POWERCAP = Path("/sys/class/powercap")
 

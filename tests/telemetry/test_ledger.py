@@ -1,0 +1,174 @@
+"""Attribution under a fake 100 ms-step counter: shares, the invariant, edge cases."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from telemetry.ledger import Ledger
+from tests.telemetry.fakes import Clock, SteppingCounter
+
+IDLE_W = 100.0
+
+
+def drive(ledger: Ledger, counter: SteppingCounter, clock: Clock, until: float,
+          hz: float = 20.0) -> None:
+    """Advance simulated time to `until`, sampling at `hz`."""
+    period = 1.0 / hz
+    while clock.t + period <= until + 1e-12:
+        clock.t = round(clock.t + period, 9)
+        r = counter.read()
+        ledger.ingest(clock.t, r.counter_j, r.power_w)
+    clock.t = until
+
+
+def check_invariant(ledger: Ledger) -> None:
+    t = ledger.totals()
+    assert t.attributed_j + t.idle_j + t.unattributed_j == pytest.approx(t.measured_j, abs=1e-9)
+
+
+def make(power: object, idle: float | None = IDLE_W) -> tuple[Ledger, SteppingCounter, Clock]:
+    clock = Clock()
+    counter = SteppingCounter(power, clock)  # type: ignore[arg-type]
+    ledger = Ledger("nvml", prefill_weight=0.0, idle_power_w=idle, clock=clock)
+    return ledger, counter, clock
+
+
+def test_single_request_gets_its_energy_above_idle() -> None:
+    # 1 s of work at +200 W from t=1.0 to 2.0, decoding 100 tokens evenly.
+    ledger, counter, clock = make(lambda t: IDLE_W + (200.0 if 1.0 <= t < 2.0 else 0.0))
+    drive(ledger, counter, clock, 1.0)
+    wid = ledger.open()
+    drive(ledger, counter, clock, 2.0)
+    ledger.close(wid, [(0.0, 0, 0), (1.0, 0, 100)])
+    drive(ledger, counter, clock, 3.0)
+    fig = ledger.result(wid)
+    assert fig is not None and fig.final
+    assert fig.net_j == pytest.approx(200.0, rel=0.1)
+    assert fig.source == "nvml"
+    check_invariant(ledger)
+
+
+def test_overlapping_requests_split_by_token_work() -> None:
+    ledger, counter, clock = make(lambda t: IDLE_W + (300.0 if 1.0 <= t < 3.0 else 0.0))
+    drive(ledger, counter, clock, 1.0)
+    a, b = ledger.open(), ledger.open()
+    drive(ledger, counter, clock, 3.0)
+    # a decodes 3x the tokens of b over the same two seconds.
+    ledger.close(a, [(0.0, 0, 0), (2.0, 0, 300)])
+    ledger.close(b, [(0.0, 0, 0), (2.0, 0, 100)])
+    drive(ledger, counter, clock, 4.0)
+    fa, fb = ledger.result(a), ledger.result(b)
+    assert fa and fb and fa.final and fb.final
+    assert fa.net_j / fb.net_j == pytest.approx(3.0, rel=0.05)
+    assert fa.net_j + fb.net_j == pytest.approx(600.0, rel=0.08)
+    check_invariant(ledger)
+
+
+def test_prefill_weight_counts_prompt_tokens() -> None:
+    clock = Clock()
+    counter = SteppingCounter(lambda t: IDLE_W + 100.0, clock)
+    ledger = Ledger("nvml", prefill_weight=0.5, idle_power_w=IDLE_W, clock=clock)
+    drive(ledger, counter, clock, 1.0)
+    a, b = ledger.open(), ledger.open()
+    drive(ledger, counter, clock, 2.0)
+    ledger.close(a, [(0.0, 0, 0), (1.0, 200, 0)])  # 200 prompt tokens = 100 units
+    ledger.close(b, [(0.0, 0, 0), (1.0, 0, 100)])  # 100 decode tokens = 100 units
+    drive(ledger, counter, clock, 3.0)
+    fa, fb = ledger.result(a), ledger.result(b)
+    assert fa and fb
+    assert fa.net_j == pytest.approx(fb.net_j, rel=0.02)
+    assert fa.prefill_j == pytest.approx(fa.net_j) and fb.decode_j == pytest.approx(fb.net_j)
+
+
+def test_window_shorter_than_a_step_is_interpolated_not_zero() -> None:
+    # A 30 ms burst of +1000 W inside one 100 ms counter step.
+    ledger, counter, clock = make(lambda t: IDLE_W + (1000.0 if 1.21 <= t < 1.24 else 0.0))
+    drive(ledger, counter, clock, 1.21)
+    wid = ledger.open()
+    clock.t = 1.24
+    ledger.close(wid, [(0.0, 0, 0), (0.03, 0, 5)])
+    drive(ledger, counter, clock, 2.0)
+    fig = ledger.result(wid)
+    assert fig is not None and fig.final
+    assert fig.net_j == pytest.approx(30.0, rel=0.25)
+    check_invariant(ledger)
+
+
+def test_provisional_until_next_step() -> None:
+    ledger, counter, clock = make(lambda t: IDLE_W + 200.0)
+    drive(ledger, counter, clock, 1.0)
+    wid = ledger.open()
+    drive(ledger, counter, clock, 1.52)
+    first = ledger.close(wid, [(0.0, 0, 0), (0.52, 0, 52)])
+    assert first is not None and not first.final
+    assert first.net_j == pytest.approx(104.0, rel=0.25)  # includes the estimate
+    drive(ledger, counter, clock, 1.7)
+    final = ledger.result(wid)
+    assert final is not None and final.final
+    assert final.net_j == pytest.approx(104.0, rel=0.15)
+
+
+def test_no_request_means_tail_energy() -> None:
+    ledger, counter, clock = make(lambda t: IDLE_W + (50.0 if t < 2 else 0.0))
+    drive(ledger, counter, clock, 3.0)
+    t = ledger.totals()
+    assert t.attributed_j == 0
+    assert t.unattributed_j == pytest.approx(100.0, rel=0.1)
+    check_invariant(ledger)
+
+
+def test_counter_reset_is_survived() -> None:
+    ledger, counter, clock = make(lambda t: IDLE_W + 100.0)
+    drive(ledger, counter, clock, 1.0)
+    wid = ledger.open()
+    drive(ledger, counter, clock, 1.5)
+    counter.offset_j = -1e6  # driver reload: the counter restarts near zero
+    drive(ledger, counter, clock, 2.0)
+    ledger.close(wid, [(0.0, 0, 0), (1.0, 0, 10)])
+    drive(ledger, counter, clock, 2.5)
+    assert ledger.totals().resets == 1
+    fig = ledger.result(wid)
+    assert fig is not None and fig.net_j > 0
+    check_invariant(ledger)
+
+
+def test_idle_baseline_is_learned_when_quiet() -> None:
+    ledger, counter, clock = make(lambda t: 118.0, idle=None)
+    drive(ledger, counter, clock, 5.0)
+    assert ledger.idle_power_w == pytest.approx(118.0, rel=0.02)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_invariant_under_random_interleavings(seed: int) -> None:
+    rng = random.Random(seed)
+    bursts = [(rng.uniform(0, 8), rng.uniform(0.01, 2), rng.uniform(10, 400)) for _ in range(12)]
+
+    def power(t: float) -> float:
+        return IDLE_W * 0.9 + sum(w for s, d, w in bursts if s <= t < s + d)
+
+    ledger, counter, clock = make(power, idle=IDLE_W)
+    events = []
+    for _ in range(rng.randint(1, 15)):
+        start = rng.uniform(0, 8)
+        events.append((start, rng.uniform(0.005, 2.0), rng.randint(0, 500), rng.randint(0, 300)))
+    opens = sorted(events)
+    t = 0.0
+    timeline = sorted([(s, "open", i) for i, (s, *_r) in enumerate(opens)]
+                      + [(s + d, "close", i) for i, (s, d, *_r) in enumerate(opens)])
+    ids: dict[int, str] = {}
+    for when, kind, i in timeline:
+        drive(ledger, counter, clock, max(t, when))
+        t = clock.t
+        _s, d, p, n = opens[i]
+        if kind == "open":
+            ids[i] = ledger.open()
+        else:
+            ledger.close(ids[i], [(0.0, 0, 0), (d * 0.1, p, 0), (d, p, n)])
+    drive(ledger, counter, clock, 12.0)
+    check_invariant(ledger)
+    figs = [ledger.result(w) for w in ids.values()]
+    assert all(f is not None and f.final and f.net_j >= 0 for f in figs)
+    total = sum(f.net_j for f in figs if f)
+    assert total == pytest.approx(ledger.totals().attributed_j)
