@@ -22,6 +22,7 @@ class Meter(Protocol):
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None: ...
     async def abandon(self, window: str | None) -> None: ...
     async def settle(self, window: str) -> EnergyFigure | None: ...
+    async def result(self, window: str) -> EnergyFigure | None: ...
 
 
 def _split(window: str) -> tuple[str, str]:
@@ -50,6 +51,11 @@ class LocalMeter:
         if window is not None:
             device, wid = _split(window)
             self._ledgers[device].abandon(wid)
+
+    async def result(self, window: str) -> EnergyFigure | None:
+        device, wid = _split(window)
+        ledger = self._ledgers.get(device)
+        return None if ledger is None else ledger.result(wid)
 
     async def settle(self, window: str) -> EnergyFigure | None:
         device, wid = _split(window)
@@ -104,14 +110,17 @@ class RemoteMeter:
     async def abandon(self, window: str | None) -> None:
         await self.close(window, [])
 
-    async def settle(self, window: str) -> EnergyFigure | None:
+    async def result(self, window: str) -> EnergyFigure | None:
         device, wid = _split(window)
+        return _figure(await self._call(
+            "/v1/windows/result", {"device": device, "window": wid}))
+
+    async def settle(self, window: str) -> EnergyFigure | None:
         deadline = asyncio.get_running_loop().time() + self._timeout_s
         figure = None
         while asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.2)
-            figure = _figure(await self._call(
-                "/v1/windows/result", {"device": device, "window": wid}))
+            figure = await self.result(window)
             if figure is None or figure.final:
                 return figure
         return figure

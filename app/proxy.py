@@ -72,6 +72,9 @@ class Proxy:
             "x-joulegate-route": fw.route,
             "x-joulegate-strategy": fw.decision.strategy,
         }
+        if sent.window is not None:
+            # The final figure comes ~100 ms after the end: GET /v1/energy/<id>.
+            headers["x-joulegate-energy-id"] = sent.window
         if sent.response.status != 200:
             return await self._upstream_error(fw, sent, headers)
         if fw.stream:
@@ -211,6 +214,9 @@ class Proxy:
         figure = await self._meter.settle(window)
         if figure is not None:
             self._metrics.request_energy(d.tier, d.backend, figure)
+
+    async def energy(self, window: str) -> EnergyFigure | None:
+        return await self._meter.result(window)
 
     async def drain(self) -> None:
         for task in list(self._settling):

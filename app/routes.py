@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.catalog import Backend, Catalog
-from app.errors import bad_request, no_healthy_worker, not_found_model
+from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model
 from app.pool import ReplicaPool
 from app.proxy import Forward, Proxy
 from app.requests import message_text, parse_json, validate_chat, validate_completion
@@ -182,6 +182,14 @@ def build_router() -> APIRouter:
                                        "replicas": len(b.replicas),
                                        "up": gw.pool.backend_up(b.name)}})
         return JSONResponse({"object": "list", "data": data})
+
+    @api.get("/v1/energy/{device}/{wid}")
+    async def energy(request: Request, device: str, wid: str) -> Response:
+        figure = await _gw(request).proxy.energy(f"{device}/{wid}")
+        if figure is None:
+            raise ApiError(404, f"No energy record '{device}/{wid}'", "invalid_request_error",
+                           "id", "energy_not_found")
+        return JSONResponse({"id": f"{device}/{wid}", **asdict(figure)})
 
     @api.get("/healthz")
     async def healthz() -> Response:

@@ -196,6 +196,16 @@ class Ledger:
     def idle_power_w(self) -> float | None:
         return self._idle_w
 
+    @property
+    def prefill_weight(self) -> float:
+        return self._w
+
+    @prefill_weight.setter
+    def prefill_weight(self, w: float) -> None:
+        """Set from calibration; applies to windows closed from now on."""
+        with self._lock:
+            self._w = w
+
     # -- attribution ----------------------------------------------------
     def _settle(self) -> None:
         while self._pending:

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from app.catalog import Catalog, parse_catalog
-from app.factory import Seams, create_app
-from app.settings import Settings
+from app.embedded import RunningGateway, free_port, run_gateway
 from workers.local import WorkerSpec, llama_server, start_worker, stop
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -71,42 +59,10 @@ def catalog_for(small: list[str], large: list[str], source: str = "estimate",
     })
 
 
-@dataclass
-class RunningGateway:
-    url: str
-    app: Any
-    seams: Seams
-
-    @property
-    def v1(self) -> str:
-        return self.url + "/v1"
-
-
-@contextmanager
-def run_gateway(catalog: Catalog, seams: Seams | None = None,
-                **settings: Any) -> Iterator[RunningGateway]:
-    """Start the real app under uvicorn in a thread; stop it on exit."""
-    seams = seams or Seams()
-    port = free_port()
-    app = create_app(Settings(port=port, health_interval_seconds=0.5, **settings),
-                     catalog, seams)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("gateway did not start")
-        time.sleep(0.02)
-    try:
-        yield RunningGateway(f"http://127.0.0.1:{port}", app, seams)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def gateway(workers: Workers) -> Iterator[RunningGateway]:
     with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
         yield gw
+
+
+__all__ = ["RunningGateway", "Workers", "catalog_for", "free_port", "run_gateway"]

@@ -1,0 +1,57 @@
+"""Shared pieces of the GPU benchmarks: llama-server on CUDA, NVML, result files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def project_commit() -> str:
+    env_commit = os.environ.get("JOULEGATE_COMMIT")
+    if env_commit:
+        return env_commit
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def start_llama(binary: str, model: str, port: int, parallel: int, ctx_per_slot: int,
+                log: Path) -> subprocess.Popen[bytes]:
+    cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port),
+           "-ngl", "999", "-np", str(parallel), "-c", str(ctx_per_slot * parallel),
+           "--metrics", "--no-webui", "-b", "2048", "-ub", "512"]
+    proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited: see {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError("llama-server did not become healthy")
+
+
+def engine_build(binary: str) -> str:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        return (out.stdout + out.stderr).strip().splitlines()[-1]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")

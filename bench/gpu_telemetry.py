@@ -1,0 +1,212 @@
+"""Per-request energy on a real GPU: conservation, per-request accuracy, sampler cost.
+
+Runs the real gateway (in this process) in front of a CUDA llama-server with
+a Llama-3.2-1B-shaped model, metering the GPU through NVML, and measures:
+
+(a) conservation: over runs of 8 concurrent requests of mixed lengths,
+    |attributed + idle + unattributed - NVML delta| / NVML delta, where the
+    NVML delta is read independently of the gateway's sampler;
+(b) per-request accuracy: each request's attributed net joules in the
+    concurrent run against the same request run alone. Batching makes every
+    token cheaper, so the raw comparison measures batching as much as
+    attribution; `share` errors compare each request's fraction of the batch
+    with its fraction of the alone costs, which is what attribution controls;
+(c) the sampler's CPU cost (% of one core) at the configured rate.
+
+    python bench/gpu_telemetry.py --llama-server PATH --model llama-1b.gguf --out DIR
+
+Writes gpu-telemetry.json into --out (bench/results/ in the repo).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from app.catalog import parse_catalog
+from app.embedded import RunningGateway, run_gateway
+from app.factory import Seams
+from bench.gpu_common import engine_build, project_commit, start_llama, write_json
+from telemetry.ledger import Ledger
+from telemetry.nvml import NvmlReader
+from telemetry.sampler import Sampler
+
+# (prompt tokens, completion tokens): mixed, as real traffic is.
+MIX = [(256, 64), (1024, 128), (128, 512), (2048, 256), (512, 1024), (4096, 64), (64, 768),
+       (1536, 384)]
+SAMPLE_HZ = 20.0
+
+
+def sampler_cost(seconds: float) -> dict[str, float]:
+    """CPU seconds per wall second of one NVML sampler thread, nothing else running."""
+    reader = NvmlReader(0)
+    sampler = Sampler(reader, Ledger("nvml"), hz=SAMPLE_HZ)
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.monotonic()
+    sampler.start()
+    time.sleep(seconds)
+    sampler.stop()
+    wall = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return {
+        "sampler_cpu_percent": 100.0 * cpu / wall,
+        "sampler_hz": SAMPLE_HZ,
+        "nvml_read_ms_mean": 1000.0 * sampler.read_seconds / max(1, sampler.reads),
+        "sampler_reads": sampler.reads,
+    }
+
+
+def body(prompt: int, out: int, rng: random.Random) -> dict[str, Any]:
+    return {"model": "small", "prompt": [rng.randint(1000, 100000) for _ in range(prompt)],
+            "max_tokens": out, "ignore_eos": True, "cache_prompt": False, "temperature": 0}
+
+
+async def send(client: httpx.AsyncClient, gw: RunningGateway, b: dict[str, Any]) -> str:
+    r = await client.post(gw.v1 + "/completions", json=b, timeout=300)
+    r.raise_for_status()
+    return r.headers["x-joulegate-energy-id"]
+
+
+async def final_net(client: httpx.AsyncClient, gw: RunningGateway, energy_id: str) -> float:
+    for _ in range(100):
+        fig = (await client.get(f"{gw.v1}/energy/{energy_id}")).json()
+        if fig["final"]:
+            return float(fig["net_j"])
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"energy {energy_id} never became final")
+
+
+async def alone(client: httpx.AsyncClient, gw: RunningGateway, bodies: list[dict[str, Any]]
+                ) -> list[float]:
+    out = []
+    for b in bodies:
+        eid = await send(client, gw, b)
+        out.append(await final_net(client, gw, eid))
+        await asyncio.sleep(1.0)  # let the tail decay before the next one
+    return out
+
+
+async def concurrent(client: httpx.AsyncClient, gw: RunningGateway, ledger: Ledger,
+                     nvml: NvmlReader, bodies: list[dict[str, Any]]) -> dict[str, Any]:
+    await asyncio.sleep(1.0)
+    before_t = ledger.totals()
+    before_j = nvml.read().counter_j
+    t0 = time.monotonic()
+    ids = await asyncio.gather(*(send(client, gw, b) for b in bodies))
+    wall = time.monotonic() - t0
+    nets = [await final_net(client, gw, i) for i in ids]
+    await asyncio.sleep(1.0)
+    after_j = nvml.read().counter_j
+    after_t = ledger.totals()
+    nvml_delta = after_j - before_j
+    booked = ((after_t.attributed_j - before_t.attributed_j)
+              + (after_t.idle_j - before_t.idle_j)
+              + (after_t.unattributed_j - before_t.unattributed_j))
+    return {"nets": nets, "wall_s": wall, "nvml_delta_j": nvml_delta, "booked_j": booked,
+            "attributed_j": after_t.attributed_j - before_t.attributed_j,
+            "idle_j": after_t.idle_j - before_t.idle_j,
+            "unattributed_j": after_t.unattributed_j - before_t.unattributed_j,
+            "conservation_error": abs(booked - nvml_delta) / nvml_delta}
+
+
+def fit_prefill_weight(alone_j: list[float]) -> tuple[float, float]:
+    """Least squares: net = a x decode + b x prefill; w = b / a."""
+    x = np.array([[out, prompt] for prompt, out in MIX], dtype=float)
+    coef, *_ = np.linalg.lstsq(x, np.array(alone_j), rcond=None)
+    a, b = float(coef[0]), float(coef[1])
+    return (max(0.0, b / a) if a > 0 else 0.1), a
+
+
+def errors(conc: list[float], ref: list[float]) -> dict[str, float]:
+    raw = [abs(c - r) / r for c, r in zip(conc, ref, strict=True)]
+    scale = sum(conc) / sum(ref)
+    share = [abs(c - r * scale) / (r * scale) for c, r in zip(conc, ref, strict=True)]
+    return {"raw_median": statistics.median(raw), "share_median": statistics.median(share),
+            "share_max": max(share), "batch_to_alone_ratio": scale}
+
+
+async def measure(gw: RunningGateway, ledger: Ledger, nvml: NvmlReader) -> dict[str, Any]:
+    rng = random.Random(7)
+    bodies = [body(p, o, rng) for p, o in MIX]
+    async with httpx.AsyncClient() as client:
+        await send(client, gw, body(64, 16, rng))  # warm-up: CUDA graphs, allocations
+        await asyncio.sleep(4.0)  # quiet: the ledger learns the idle baseline
+        first = await alone(client, gw, bodies)
+        w, j_per_decode = fit_prefill_weight(first)
+        ledger.prefill_weight = w
+        second = await alone(client, gw, bodies)
+        ref = [(a + b) / 2 for a, b in zip(first, second, strict=True)]
+        runs = [await concurrent(client, gw, ledger, nvml, bodies) for _ in range(3)]
+    per_run = [errors(r["nets"], ref) for r in runs]
+    return {
+        "idle_power_w": ledger.idle_power_w,
+        "prefill_weight_fitted": w,
+        "alone_net_j_per_decode_token": j_per_decode,
+        "alone_net_joules": ref,
+        "alone_repeat_median_abs_diff": statistics.median(
+            abs(a - b) / ((a + b) / 2) for a, b in zip(first, second, strict=True)),
+        "concurrent_runs": runs,
+        "conservation_error": max(r["conservation_error"] for r in runs),
+        "per_request_median_abs_error": statistics.median(e["raw_median"] for e in per_run),
+        "per_request_share_median_abs_error": statistics.median(
+            e["share_median"] for e in per_run),
+        "per_request_share_max_abs_error": max(e["share_max"] for e in per_run),
+        "batch_to_alone_energy_ratio": statistics.median(
+            e["batch_to_alone_ratio"] for e in per_run),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--port", type=int, default=8301)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    cost = sampler_cost(10.0)
+    nvml = NvmlReader(0)
+    proc = start_llama(args.llama_server, args.model, args.port, 8, 8192,
+                       args.out / "llama-server.log")
+    catalog = parse_catalog({
+        "tiers": ["small"],
+        "devices": [{"name": "gpu0", "source": "nvml", "index": 0}],
+        "backends": [{"name": "llama-1b", "kind": "llamacpp", "tier": "small",
+                      "model": "llama-1b", "replicas": [
+                          {"url": f"http://127.0.0.1:{args.port}", "device": "gpu0"}]}],
+    })
+    seams = Seams()
+    try:
+        with run_gateway(catalog, seams, sample_hz=SAMPLE_HZ, read_timeout_seconds=600) as gw:
+            ledger = seams.devices[0].ledger
+            result = asyncio.run(measure(gw, ledger, nvml))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    data = {
+        "device": nvml.name, "driver": nvml.driver, "source": "nvml",
+        "engine": "llama.cpp llama-server (CUDA, sm_90)",
+        "engine_build": engine_build(args.llama_server),
+        "model": "random-weight Llama-3.2-1B shape, F16 GGUF",
+        "commit": project_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "requests": [{"prompt_tokens": p, "completion_tokens": o} for p, o in MIX],
+        "units": {"*_j": "joules", "*_w": "watts", "*_error": "fraction", "wall_s": "seconds"},
+        **cost, **result,
+    }
+    write_json(args.out / "gpu-telemetry.json", data)
+    print({k: data[k] for k in ("device", "conservation_error", "per_request_median_abs_error",
+                                "per_request_share_median_abs_error", "sampler_cpu_percent")})
+
+
+if __name__ == "__main__":
+    main()
