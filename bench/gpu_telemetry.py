@@ -44,6 +44,7 @@ from telemetry.sampler import Sampler
 MIX = [(256, 64), (1024, 128), (128, 512), (2048, 256), (512, 1024), (4096, 64), (64, 768),
        (1536, 384)]
 SAMPLE_HZ = 20.0
+VOCAB_MAX = 100000  # token ids drawn below this (the Llama-3 vocabulary has 128256)
 
 
 def sampler_cost(seconds: float) -> dict[str, float]:
@@ -67,7 +68,7 @@ def sampler_cost(seconds: float) -> dict[str, float]:
 
 
 def body(prompt: int, out: int, rng: random.Random) -> dict[str, Any]:
-    return {"model": "small", "prompt": [rng.randint(1000, 100000) for _ in range(prompt)],
+    return {"model": "small", "prompt": [rng.randint(1000, VOCAB_MAX) for _ in range(prompt)],
             "max_tokens": out, "ignore_eos": True, "cache_prompt": False, "temperature": 0}
 
 
@@ -96,22 +97,32 @@ async def alone(client: httpx.AsyncClient, gw: RunningGateway, bodies: list[dict
     return out
 
 
+async def aligned(ledger: Ledger, nvml: NvmlReader) -> tuple[float, float]:
+    """(NVML counter read here, energy the ledger booked up to that same counter
+    value): retried until the sampler has ingested exactly the value read."""
+    for _ in range(50):
+        counter_j = nvml.read().counter_j
+        await asyncio.sleep(0.08)
+        t = ledger.totals()
+        if ledger.last_counter_j == counter_j and t.open_windows == 0:
+            return counter_j, t.attributed_j + t.idle_j + t.unattributed_j
+    raise RuntimeError("could not align the ledger with an NVML reading")
+
+
 async def concurrent(client: httpx.AsyncClient, gw: RunningGateway, ledger: Ledger,
                      nvml: NvmlReader, bodies: list[dict[str, Any]]) -> dict[str, Any]:
     await asyncio.sleep(1.0)
     before_t = ledger.totals()
-    before_j = nvml.read().counter_j
+    before_j, before_booked = await aligned(ledger, nvml)
     t0 = time.monotonic()
     ids = await asyncio.gather(*(send(client, gw, b) for b in bodies))
     wall = time.monotonic() - t0
     nets = [await final_net(client, gw, i) for i in ids]
     await asyncio.sleep(1.0)
-    after_j = nvml.read().counter_j
+    after_j, after_booked = await aligned(ledger, nvml)
     after_t = ledger.totals()
     nvml_delta = after_j - before_j
-    booked = ((after_t.attributed_j - before_t.attributed_j)
-              + (after_t.idle_j - before_t.idle_j)
-              + (after_t.unattributed_j - before_t.unattributed_j))
+    booked = after_booked - before_booked
     return {"nets": nets, "wall_s": wall, "nvml_delta_j": nvml_delta, "booked_j": booked,
             "attributed_j": after_t.attributed_j - before_t.attributed_j,
             "idle_j": after_t.idle_j - before_t.idle_j,

@@ -197,6 +197,12 @@ class Ledger:
         return self._idle_w
 
     @property
+    def last_counter_j(self) -> float | None:
+        """The counter value of the last sample ingested."""
+        with self._lock:
+            return self._last_counter
+
+    @property
     def prefill_weight(self) -> float:
         return self._w
 
