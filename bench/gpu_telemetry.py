@@ -139,6 +139,8 @@ def fit_prefill_weight(alone_j: list[float]) -> tuple[float, float]:
 
 
 def errors(conc: list[float], ref: list[float]) -> dict[str, float]:
+    pairs = [(c, r) for c, r in zip(conc, ref, strict=True) if r > 0]
+    conc, ref = [c for c, _ in pairs], [r for _, r in pairs]
     raw = [abs(c - r) / r for c, r in zip(conc, ref, strict=True)]
     scale = sum(conc) / sum(ref)
     share = [abs(c - r * scale) / (r * scale) for c, r in zip(conc, ref, strict=True)]
