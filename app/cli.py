@@ -32,6 +32,44 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from app.factory import PREFILL_WEIGHT, device_spec
+    from telemetry.agent import start_agent
+    from telemetry.devices import metered_device
+    from telemetry.metrics import Metrics
+    from telemetry.sampler import Sampler
+
+    settings = Settings()
+    try:
+        catalog = load_catalog(args.models or settings.models_file)
+    except CatalogError as exc:
+        print(f"joulegate: bad configuration:\n{exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper())
+    wanted = [d for d in catalog.devices if not args.host_name or d.host == args.host_name]
+    devices = {d.name: metered_device(device_spec(d), PREFILL_WEIGHT) for d in wanted}
+    samplers = [Sampler(d.reader, d.ledger, settings.sample_hz) for d in devices.values()]
+    for s in samplers:
+        s.start()
+    server, _ = start_agent(args.host, args.port, devices, Metrics(CollectorRegistry()))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    for name, d in devices.items():
+        print(f"agent: {name} metered by {d.reader.source} ({d.reader.name})", flush=True)
+    print(f"agent: http://{args.host}:{args.port}", flush=True)
+    stop.wait()
+    server.shutdown()
+    for s in samplers:
+        s.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="joulegate", description="Energy-aware LLM gateway")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -40,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.set_defaults(func=_serve)
+    agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
+    agent.add_argument("--models", help="models.yaml path (its devices are metered)")
+    agent.add_argument("--host", default="0.0.0.0")
+    agent.add_argument("--port", type=int, default=9400)
+    agent.add_argument("--host-name", help="meter only devices whose `host` is this")
+    agent.set_defaults(func=_agent)
     args = ap.parse_args(argv)
     result: int = args.func(args)
     return result

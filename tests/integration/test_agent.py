@@ -1,0 +1,79 @@
+"""The gateway metering through a remote `joulegate agent` over HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from app.factory import device_spec
+from telemetry.agent import AgentServer, start_agent
+from telemetry.devices import metered_device
+from telemetry.metrics import Metrics
+from telemetry.sampler import Sampler
+from tests.integration.conftest import Workers, catalog_for, free_port, run_gateway
+
+pytestmark = pytest.mark.integration
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture
+def agent(workers: Workers) -> Iterator[tuple[str, AgentServer]]:
+    catalog = catalog_for([workers.small], [workers.large])
+    devices = {d.name: metered_device(device_spec(d), 0.1) for d in catalog.devices}
+    samplers = [Sampler(d.reader, d.ledger, 20) for d in devices.values()]
+    for s in samplers:
+        s.start()
+    port = free_port()
+    server, _ = start_agent("127.0.0.1", port, devices, Metrics(CollectorRegistry()))
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.shutdown()
+        for s in samplers:
+            s.stop()
+
+
+def test_gateway_meters_through_the_agent(workers: Workers,
+                                          agent: tuple[str, AgentServer]) -> None:
+    url, server = agent
+    with run_gateway(catalog_for([workers.small], [workers.large]), agent_url=url) as gw:
+        r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
+                       json={"model": "large", "messages": MSG, "max_tokens": 16})
+        usage = r.json()["usage"]
+        assert usage["energy_source"] == "estimate" and usage["energy_joules"] > 0
+        energy_id = r.headers["x-joulegate-energy-id"]
+        deadline = time.monotonic() + 3
+        fig = httpx.get(f"{gw.v1}/energy/{energy_id}").json()
+        while not fig["final"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            fig = httpx.get(f"{gw.v1}/energy/{energy_id}").json()
+        assert fig["final"]
+        time.sleep(0.5)  # the gateway's own settle task records the histogram
+        assert "joulegate_request_energy_joules_count" in httpx.get(gw.url + "/metrics").text
+    ledger = server.devices["cpu"].ledger
+    t = ledger.totals()
+    assert t.attributed_j > 0
+    assert t.attributed_j + t.idle_j + t.unattributed_j == pytest.approx(t.measured_j)
+    metrics = httpx.get(url + "/metrics").text
+    assert "joulegate_device_energy_joules_total" in metrics
+
+
+def test_agent_rejects_bad_bodies(agent: tuple[str, AgentServer]) -> None:
+    url, _ = agent
+    assert httpx.post(url + "/v1/windows/open", json={"device": "nope"}).status_code == 400
+    assert httpx.post(url + "/v1/windows/open", content=b"{bad").status_code == 400
+    r = httpx.post(url + "/v1/windows/close", json={"device": "cpu", "window": "w424242"})
+    assert r.status_code == 404
+
+
+def test_agent_down_never_fails_a_request(workers: Workers) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with run_gateway(catalog_for([workers.small], [workers.large]), agent_url=dead) as gw:
+        r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
+                       json={"model": "small", "messages": MSG, "max_tokens": 4})
+        assert r.status_code == 200
+        assert r.json()["usage"]["energy_source"] == "unavailable"
