@@ -65,11 +65,24 @@ class Defaults(_Strict):
     quality_tolerance: float = Field(default=0.05, ge=0, le=1)
 
 
+class Routing(_Strict):
+    tolerance: float = Field(default=0.05, ge=0, le=1)
+    direct_max_tokens: int = Field(default=512, gt=0)
+    cot_max_tokens: int = Field(default=1024, gt=0)
+    thinking_budget: int = Field(default=512, gt=0)
+    strategies: list[Literal["direct", "cot"]] = ["direct", "cot"]
+    lengths_file: str | None = None
+    classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl
+
+
 class Catalog(_Strict):
     tiers: list[str] = Field(min_length=1, description="cheapest first")
     devices: list[Device] = Field(min_length=1)
     backends: list[Backend] = Field(min_length=1)
     defaults: Defaults = Defaults()
+    routing: Routing = Routing()
+    quality: dict[str, dict[str, float]] = Field(default_factory=dict)
+    base_dir: str = "."  # where relative paths resolve (the models.yaml folder)
 
     @model_validator(mode="after")
     def _references(self) -> Catalog:
@@ -83,6 +96,13 @@ class Catalog(_Strict):
         for t in self.tiers:
             if not any(b.tier == t for b in self.backends):
                 raise ValueError(f"tiers: tier '{t}' has no backend")
+        for cat, row in self.quality.items():
+            for act, q in row.items():
+                tier, _, strategy = act.partition(":")
+                if tier not in self.tiers or strategy not in ("direct", "cot"):
+                    raise ValueError(f"quality.{cat}.{act}: expected <tier>:<direct|cot>")
+                if not 0 <= q <= 1:
+                    raise ValueError(f"quality.{cat}.{act}: must be within 0..1")
         names = [b.name for b in self.backends]
         if len(set(names)) != len(names):
             raise ValueError("backends: names must be unique")
@@ -96,6 +116,10 @@ class Catalog(_Strict):
 
     def device(self, name: str) -> Device:
         return next(d for d in self.devices if d.name == name)
+
+    def path(self, relative: str) -> Path:
+        p = Path(relative)
+        return p if p.is_absolute() else Path(self.base_dir) / p
 
 
 def parse_catalog(data: object, origin: str = "models.yaml") -> Catalog:
@@ -116,4 +140,6 @@ def load_catalog(path: Path) -> Catalog:
         raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise CatalogError(f"{path}: not valid YAML: {exc}") from None
+    if isinstance(data, dict):
+        data = {**data, "base_dir": str(path.resolve().parent)}
     return parse_catalog(data, str(path))

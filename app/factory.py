@@ -16,7 +16,8 @@ from app.errors import install_handlers
 from app.meter import LocalMeter, Meter, RemoteMeter
 from app.pool import HealthChecker, ReplicaPool
 from app.proxy import Proxy
-from app.routes import Gateway, RouterLike, build_router
+from app.routes import Gateway, RouterLike, build_routes
+from app.routing import LengthBook, build_router
 from app.settings import Settings
 from app.upstream import Upstream, make_client
 from router.placeholder import PlaceholderRouter
@@ -45,7 +46,12 @@ class Seams:
     devices: list[MeteredDevice] = field(default_factory=list)
 
 
-def make_router(catalog: Catalog) -> RouterLike:
+def make_router(catalog: Catalog, book: LengthBook) -> RouterLike:
+    """The learned router; the placeholder rule only where models.yaml has no
+    quality table (it cannot weigh quality against energy without one)."""
+    if catalog.quality:
+        return build_router(catalog, book)
+    log.warning("models.yaml has no quality table: using the placeholder routing rule")
     first = {t: catalog.backends_of(t)[0].name for t in catalog.tiers}
     return PlaceholderRouter(catalog.tiers, first, catalog.defaults.max_tokens)
 
@@ -77,24 +83,28 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                 s.start()
             metrics.watch_devices(lambda: [d.view() for d in devices])
             meter = LocalMeter({d.spec.name: d.ledger for d in devices})
-        proxy = Proxy(pool, upstream, meter, metrics)
+        lengths_file = catalog.routing.lengths_file
+        book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
+        router = seams.router or make_router(catalog, book)
+        proxy = Proxy(pool, upstream, meter, metrics, book.observe)
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
         checker.start()
         app.state.gateway = Gateway(
-            catalog, pool, proxy, seams.router or make_router(catalog), metrics,
+            catalog, pool, proxy, router, metrics,
             settings.max_body_bytes, settings.policy)
         try:
             yield
         finally:
             await checker.stop()
             await proxy.drain()
+            book.save()
             for s in samplers:
                 s.stop()
             await upstream.aclose()
 
     app = FastAPI(title="joulegate", lifespan=lifespan)
     install_handlers(app)
-    app.include_router(build_router())
+    app.include_router(build_routes())
     return app

@@ -51,6 +51,9 @@ class ReplicaPool:
         backends = self._catalog.backends_of(tier)
         return next((b for b in backends if self.backend_up(b.name)), None)
 
+    def outstanding(self) -> dict[str, int]:
+        return {name: sum(s.outstanding for s in states) for name, states in self._states.items()}
+
     def all_states(self) -> list[ReplicaState]:
         return [s for states in self._states.values() for s in states]
 

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +56,10 @@ class _Sent:
 
 class Proxy:
     def __init__(
-        self, pool: ReplicaPool, upstream: Upstream, meter: Meter, metrics: Metrics
+        self, pool: ReplicaPool, upstream: Upstream, meter: Meter, metrics: Metrics,
+        on_complete: Callable[[Decision, int], None] = lambda d, n: None,
     ) -> None:
+        self._on_complete = on_complete
         self._pool = pool
         self._upstream = upstream
         self._meter = meter
@@ -199,6 +201,8 @@ class Proxy:
         sent.timeline.mark(prompt, completion)
         figure = await self._meter.close(sent.window, sent.timeline.points())
         self._count(fw, status)
+        if status == "ok":
+            self._on_complete(d, completion)
         self._metrics.observe_upstream(d.tier, d.backend, upstream_s)
         self._metrics.tokens(d.tier, d.backend, prompt, completion)
         total_s = time.perf_counter() - fw.received_at

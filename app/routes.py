@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
@@ -98,8 +98,11 @@ def _forced(gw: Gateway, model: str, q: Query) -> Decision | None:
 def decide(gw: Gateway, model: str, q: Query) -> Decision:
     if model in ("auto", gw.catalog.defaults.model):
         start = time.perf_counter()
-        d = gw.router.decide(q)
+        d = gw.router.decide(replace(q, concurrency=gw.pool.outstanding()))
         gw.metrics.decision(d.tier, d.strategy, d.category, time.perf_counter() - start)
+        if d.baseline_joules is not None and d.expected_joules is not None:
+            gw.metrics.saved("always-" + gw.catalog.tiers[-1],
+                             d.baseline_joules - d.expected_joules)
         return d
     forced = _forced(gw, model, q)
     if forced is None:
@@ -114,7 +117,7 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
     return parse_json(await request.body(), limit)
 
 
-def build_router() -> APIRouter:
+def build_routes() -> APIRouter:
     api = APIRouter()
 
     @api.post("/v1/chat/completions")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ class Query:
     max_tokens: int | None = None
     policy: Policy = "balanced"
     max_joules: float | None = None
+    concurrency: Mapping[str, int] = field(default_factory=dict)  # backend -> in flight
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class Decision:
     policy: Policy = "balanced"
     reason: str = ""
     routed: bool = True
+    baseline_joules: float | None = None  # expected joules of the largest tier, direct
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from app.catalog import Catalog, parse_catalog
 from app.embedded import RunningGateway, free_port, run_gateway
-from workers.local import WorkerSpec, llama_server, start_worker, stop
+from workers.local import ROOT, WorkerSpec, llama_server, start_worker, stop
 
 
 @dataclass
@@ -45,15 +46,22 @@ def catalog_for(small: list[str], large: list[str], source: str = "estimate",
     def replicas(urls: list[str]) -> list[dict[str, str]]:
         return [{"url": u, "device": "cpu"} for u in urls]
 
+    shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
+    curves = {b["name"]: b.get("curves") for b in shipped["backends"]}
     return parse_catalog({
+        "base_dir": str(ROOT),
+        "quality": shipped["quality"],
+        "routing": {**shipped["routing"], "lengths_file": None},
         "tiers": ["small", "large"],
         "devices": [{"name": "cpu", "source": source, "max_power_w": 40,
                      "estimate_idle_power_w": 8}],
         "backends": [
             {"name": "small-llamacpp", "kind": "llamacpp", "tier": "small",
-             "model": "tiny-small", "replicas": replicas(small)},
+             "model": "tiny-small", "replicas": replicas(small),
+             "curves": curves["small-llamacpp"]},
             {"name": "large-llamacpp", "kind": "llamacpp", "tier": "large",
-             "model": "tiny-large", "replicas": replicas(large)},
+             "model": "tiny-large", "replicas": replicas(large),
+             "curves": curves["large-llamacpp"]},
         ],
         "defaults": {"max_tokens": 32, **defaults},
     })

@@ -265,3 +265,30 @@ def test_final_energy_can_be_fetched_after_the_response(gateway: RunningGateway)
         fig = httpx.get(f"{gateway.v1}/energy/{energy_id}").json()
     assert fig["final"] and fig["source"] == "estimate" and fig["net_j"] > 0
     assert httpx.get(gateway.v1 + "/energy/cpu/w999999").status_code == 404
+
+
+def test_auto_routes_hard_and_easy_prompts_differently(gateway: RunningGateway) -> None:
+    easy = {"model": "auto", "messages": [{"role": "user", "content": "hey, thanks a lot!"}]}
+    hard = {"model": "auto", "messages": [{"role": "user", "content":
+            "Write a Python function that parses a CSV file and computes per-column medians, "
+            "with unit tests."}]}
+    d_easy = httpx.post(gateway.v1 + "/route", json=easy).json()
+    d_hard = httpx.post(gateway.v1 + "/route", json=hard).json()
+    assert d_easy["category"] == "chat" and d_easy["tier"] == "small"
+    assert d_hard["category"] == "code" and d_hard["tier"] == "large"
+    for body, d in ((easy, d_easy), (hard, d_hard)):
+        r = httpx.post(gateway.v1 + "/chat/completions", json={**body, "max_tokens": 4},
+                       timeout=30)
+        assert r.status_code == 200
+        assert r.headers["x-joulegate-tier"] == d["tier"]
+        assert r.headers["x-joulegate-strategy"] == d["strategy"]
+
+
+def test_policy_header_changes_the_decision(gateway: RunningGateway) -> None:
+    body = {"model": "auto", "messages": [{"role": "user", "content": "Who wrote Hamlet?"}]}
+    low = httpx.post(gateway.v1 + "/route", json=body,
+                     headers={"x-joulegate-policy": "min-energy"}).json()
+    high = httpx.post(gateway.v1 + "/route", json=body,
+                      headers={"x-joulegate-policy": "max-quality"}).json()
+    assert low["tier"] == "small" and high["tier"] == "large"
+    assert low["policy"] == "min-energy" and high["policy"] == "max-quality"

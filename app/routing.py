@@ -1,0 +1,64 @@
+"""Building the router from the catalog, and keeping what it learns from traffic."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from app.catalog import Catalog
+from router.classifier import ARTIFACT, Classifier
+from router.curves import Curve
+from router.decision import Decision
+from router.engine import Router
+from router.policy import ActionSpec, Caps, Policy
+from router.quality import ExpectedLengths, QualityTable, action
+
+log = logging.getLogger("joulegate.routing")
+
+
+class LengthBook:
+    """Expected completion lengths, learned from traffic and persisted to a file."""
+
+    def __init__(self, path: Path | None, save_every: int = 50) -> None:
+        self.path = path
+        self._save_every = save_every
+        self._since_save = 0
+        self.lengths = ExpectedLengths()
+        if path is not None and path.exists():
+            try:
+                self.lengths = ExpectedLengths.from_json(json.loads(path.read_text()))
+            except (OSError, ValueError, AssertionError) as exc:
+                log.warning("ignoring unreadable %s: %s", path, exc)
+
+    def observe(self, d: Decision, completion_tokens: int) -> None:
+        if not d.routed or completion_tokens <= 0:
+            return
+        self.lengths.observe(d.category, action(d.tier, d.strategy), completion_tokens)
+        self._since_save += 1
+        if self._since_save >= self._save_every:
+            self.save()
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self._since_save = 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.lengths.to_json()))
+            tmp.replace(self.path)
+        except OSError as exc:
+            log.warning("cannot save %s: %s", self.path, exc)
+
+
+def build_router(catalog: Catalog, book: LengthBook) -> Router:
+    r = catalog.routing
+    classifier = Classifier.load(catalog.path(r.classifier) if r.classifier else ARTIFACT)
+    actions = [ActionSpec(b.tier, b.name, s, b.reasoning)
+               for t in catalog.tiers for b in catalog.backends_of(t) for s in r.strategies]
+    curves = {b.name: Curve.load(catalog.path(b.curves)) for b in catalog.backends if b.curves}
+    policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
+                    catalog.tiers, r.tolerance,
+                    Caps(r.direct_max_tokens, r.cot_max_tokens, r.thinking_budget))
+    return Router(classifier, policy, catalog.tiers[-1])

@@ -1,0 +1,125 @@
+"""Operating curves: a backend's expected joules for (prompt, completion, concurrency).
+
+    joules = b0 + b1 P + b2 C + b3 P C + b4 C / n + b5 P C / n + b6 P / n
+
+P prompt tokens, C completion tokens, n requests running at once. Prefill
+grows with P, decode with C, attention makes each decode token dearer as the
+context grows (P C), and batching shares the weight reads among the n
+requests in a step (the /n terms). Non-negative least squares
+(scikit-learn) on measurements taken by `joulegate calibrate`; evaluation
+is plain arithmetic (microseconds).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FEATURES = ("1", "P", "C", "PC", "C/n", "PC/n", "P/n")
+
+
+def features(prompt: float, completion: float, concurrency: float) -> list[float]:
+    n = max(1.0, concurrency)
+    p, c = prompt / 1000.0, completion / 1000.0  # kilotokens keep the terms comparable
+    return [1.0, p, c, p * c, c / n, p * c / n, p / n]
+
+
+@dataclass(frozen=True)
+class Point:
+    prompt_tokens: int
+    completion_tokens: int
+    concurrency: int
+    joules: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Curve:
+    backend: str
+    device: str
+    engine: str
+    model: str
+    source: str
+    date: str
+    coef: tuple[float, ...]
+    target: str = "gross"  # joules incl. the request's share of idle power
+    fit: dict[str, Any] = field(default_factory=dict)
+
+    def joules(self, prompt: float, completion: float, concurrency: float = 1.0) -> float:
+        x = features(prompt, completion, concurrency)
+        return max(0.0, sum(a * b for a, b in zip(self.coef, x, strict=True)))
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["features"] = list(FEATURES)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Curve:
+        return cls(d["backend"], d["device"], d["engine"], d["model"], d["source"], d["date"],
+                   tuple(float(c) for c in d["coef"]), d.get("target", "gross"),
+                   d.get("fit", {}))
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Curve:
+        return cls.from_json(json.loads(path.read_text()))
+
+
+def _lstsq(points: list[Point]) -> np.ndarray:
+    from sklearn.linear_model import LinearRegression
+
+    x = np.array([features(p.prompt_tokens, p.completion_tokens, p.concurrency)
+                  for p in points])
+    y = np.array([p.joules for p in points])
+    # Relative error matters (small requests must be right too): weight by 1/y.
+    w = 1.0 / np.maximum(y, 1e-6)
+    model = LinearRegression(positive=True, fit_intercept=False)
+    model.fit(x, y, sample_weight=w)
+    coef: np.ndarray = model.coef_
+    return coef
+
+
+def _errors(coef: np.ndarray, points: list[Point], min_seconds: float) -> dict[str, Any]:
+    if not points:
+        return {"n": 0}
+    x = np.array([features(p.prompt_tokens, p.completion_tokens, p.concurrency)
+                  for p in points])
+    y = np.array([p.joules for p in points])
+    pred = x @ coef
+    ape = np.abs(pred - y) / np.maximum(y, 1e-9)
+    long = np.array([p.seconds >= min_seconds for p in points])
+    ss_res = float(((y - pred) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return {
+        "n": len(points),
+        "mape": float(ape.mean()),
+        "mape_long": float(ape[long].mean()) if long.any() else None,
+        "n_long": int(long.sum()),
+        "long_means_seconds_at_least": min_seconds,
+        "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else None,
+    }
+
+
+def fit_curve(points: list[Point], meta: dict[str, str], holdout_fraction: float = 0.25,
+              seed: int = 0, min_seconds: float = 0.5) -> Curve:
+    """Fit on a random split, report held-out error, then refit on all points."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(points))
+    k = int(round(len(points) * holdout_fraction))
+    held = [points[i] for i in order[:k]]
+    train = [points[i] for i in order[k:]]
+    coef_train = _lstsq(train)
+    fit = {"holdout": _errors(coef_train, held, min_seconds),
+           "train": _errors(coef_train, train, min_seconds), "points": len(points)}
+    coef = _lstsq(points)
+    return Curve(meta["backend"], meta["device"], meta["engine"], meta["model"],
+                 meta["source"], meta["date"], tuple(float(c) for c in coef),
+                 meta.get("target", "gross"), fit)
