@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from app.catalog import CatalogError, load_catalog
 from app.settings import Settings
@@ -70,6 +71,49 @@ def _agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from app.calibrate import Sweep, calibrate
+
+    settings = Settings()
+    try:
+        catalog = load_catalog(args.models or settings.models_file)
+    except CatalogError as exc:
+        print(f"joulegate: bad configuration:\n{exc}", file=sys.stderr)
+        return 2
+    sweep = Sweep(_ints(args.prompts), _ints(args.completions), _ints(args.concurrency),
+                  args.repeat)
+    curves = calibrate(catalog, sweep, Path(args.out), args.backend or None)
+    for name, c in curves.items():
+        h = c.fit["holdout"]
+        print(f"{name}: {c.fit['points']} points, held-out MAPE {h.get('mape', 0):.1%}, "
+              f"MAPE (>= 0.5 s) {h.get('mape_long')}, R2 {h.get('r2')} -> {args.out}/{name}.json")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from app.curves_plot import plot_curves
+    from router.curves import Curve
+
+    print(plot_curves([Curve.load(Path(f)) for f in args.files], Path(args.out)))
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    import json
+
+    from router.training import train
+
+    report = train(Path(args.data), Path(args.own), Path(args.out),
+                   check=Path(args.check) if args.check else None)
+    print(json.dumps({k: report[k] for k in ("held_out_accuracy", "held_out_n",
+                                             "per_source_accuracy")}, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="joulegate", description="Energy-aware LLM gateway")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -84,6 +128,27 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--port", type=int, default=9400)
     agent.add_argument("--host-name", help="meter only devices whose `host` is this")
     agent.set_defaults(func=_agent)
+    cal = sub.add_parser("calibrate", help="measure each backend's operating curve")
+    cal.add_argument("--models")
+    cal.add_argument("--out", default="curves")
+    cal.add_argument("--prompts", default="64,256,1024,4096")
+    cal.add_argument("--completions", default="16,64,256,1024,2048")
+    cal.add_argument("--concurrency", default="1,8")
+    cal.add_argument("--repeat", type=int, default=1)
+    cal.add_argument("--backend", action="append", help="only this backend (repeatable)")
+    cal.set_defaults(func=_calibrate)
+    curves = sub.add_parser("curves", help="operating curves")
+    curves_sub = curves.add_subparsers(dest="curves_command", required=True)
+    plot = curves_sub.add_parser("plot", help="draw curves files to a PNG")
+    plot.add_argument("files", nargs="+")
+    plot.add_argument("--out", default="curves.png")
+    plot.set_defaults(func=_plot)
+    tr = sub.add_parser("train", help="train the query classifier")
+    tr.add_argument("--data", default="../shared/data")
+    tr.add_argument("--own", default="router/data/own_prompts.tsv")
+    tr.add_argument("--check", default="router/data/eval_prompts.tsv")
+    tr.add_argument("--out", default="router/artifacts")
+    tr.set_defaults(func=_train)
     args = ap.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -113,7 +113,7 @@ def fit_curve(points: list[Point], meta: dict[str, str], holdout_fraction: float
     """Fit on a random split, report held-out error, then refit on all points."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(points))
-    k = int(round(len(points) * holdout_fraction))
+    k = round(len(points) * holdout_fraction)
     held = [points[i] for i in order[:k]]
     train = [points[i] for i in order[k:]]
     coef_train = _lstsq(train)

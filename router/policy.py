@@ -23,6 +23,8 @@ from router.curves import Curve
 from router.decision import Policy as PolicyName
 from router.quality import ExpectedLengths, QualityTable, action
 
+COT_PROMPT_TOKENS = 32  # the step-by-step instruction added to the prompt
+
 
 @dataclass(frozen=True)
 class ActionSpec:
@@ -85,7 +87,8 @@ class Policy:
             tokens = int(min(expected, limit))
             curve = self.curves.get(a.backend)
             n = concurrency.get(a.backend, 0) + 1
-            joules = curve.joules(prompt_tokens, tokens, n) if curve is not None else None
+            extra = COT_PROMPT_TOKENS if a.strategy == "cot" and not a.reasoning else 0
+            joules = curve.joules(prompt_tokens + extra, tokens, n) if curve else None
             out.append(Candidate(a, self.quality.expected(probs, a.key), joules, tokens))
         return out
 

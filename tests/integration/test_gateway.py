@@ -234,7 +234,17 @@ def test_error_event_when_worker_dies_mid_stream(
         stop([proc])
 
 
+def _busy(worker: str) -> bool:
+    m = httpx.get(worker + "/metrics").text
+    return any(ln.startswith("llamacpp:requests_processing") and not ln.endswith(" 0")
+               for ln in m.splitlines())
+
+
 def test_client_disconnect_cancels_upstream(workers: Workers) -> None:
+    deadline = time.monotonic() + 30
+    while _busy(workers.large) and time.monotonic() < deadline:
+        time.sleep(0.2)  # an earlier test's long request may still be running
+    assert not _busy(workers.large)
     with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
         body = {"model": "large", "messages": MSG, "max_tokens": 3000, "stream": True}
         with httpx.stream("POST", gw.v1 + "/chat/completions", json=body, timeout=60) as r:
@@ -245,9 +255,7 @@ def test_client_disconnect_cancels_upstream(workers: Workers) -> None:
         deadline = time.monotonic() + 5
         busy = True
         while busy and time.monotonic() < deadline:
-            m = httpx.get(workers.large + "/metrics").text
-            busy = any(ln.startswith("llamacpp:requests_processing") and not ln.endswith(" 0")
-                       for ln in m.splitlines())
+            busy = _busy(workers.large)
             time.sleep(0.1)
         assert not busy
         pool = gw.app.state.gateway.pool
@@ -268,8 +276,9 @@ def test_final_energy_can_be_fetched_after_the_response(gateway: RunningGateway)
 
 
 def test_auto_routes_hard_and_easy_prompts_differently(gateway: RunningGateway) -> None:
-    easy = {"model": "auto", "messages": [{"role": "user", "content": "hey, thanks a lot!"}]}
-    hard = {"model": "auto", "messages": [{"role": "user", "content":
+    easy = {"model": "auto", "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hey, thanks a lot!"}]}
+    hard = {"model": "auto", "max_tokens": 4, "messages": [{"role": "user", "content":
             "Write a Python function that parses a CSV file and computes per-column medians, "
             "with unit tests."}]}
     d_easy = httpx.post(gateway.v1 + "/route", json=easy).json()
@@ -277,8 +286,7 @@ def test_auto_routes_hard_and_easy_prompts_differently(gateway: RunningGateway) 
     assert d_easy["category"] == "chat" and d_easy["tier"] == "small"
     assert d_hard["category"] == "code" and d_hard["tier"] == "large"
     for body, d in ((easy, d_easy), (hard, d_hard)):
-        r = httpx.post(gateway.v1 + "/chat/completions", json={**body, "max_tokens": 4},
-                       timeout=30)
+        r = httpx.post(gateway.v1 + "/chat/completions", json=body, timeout=30)
         assert r.status_code == 200
         assert r.headers["x-joulegate-tier"] == d["tier"]
         assert r.headers["x-joulegate-strategy"] == d["strategy"]
