@@ -1,0 +1,76 @@
+"""Routing cost and routing mix.
+
+- decision time of the real router (classifier + policy, models.yaml) for a
+  2,000-token multi-turn conversation: p50 / p99 over many decisions;
+- what the balanced policy chooses on a mixed set of 100 prompts (counts per
+  tier x strategy and per category).
+
+    python bench/route_latency.py   ->  bench/results/route.json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+from app.catalog import load_catalog
+from app.routes import conversation_text, estimate_tokens
+from app.routing import LengthBook, build_router
+from bench.workload import MIX, mixed_prompts
+from router.decision import Query
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def conversation(tokens: int) -> str:
+    from app.requests import Message
+
+    turn = ("Could you look at this function and explain why the cache misses so often "
+            "when the keys are tuples of floats, and suggest a fix? ")
+    msgs = []
+    while estimate_tokens(" ".join(m.content or "" for m in msgs)) < tokens:  # type: ignore[misc]
+        msgs.append(Message(role="user", content=turn * 3))
+        msgs.append(Message(role="assistant", content="Here is what happens: " + turn * 3))
+    msgs.append(Message(role="user", content="Thanks. Now write the unit tests for it."))
+    return conversation_text(msgs)
+
+
+def main() -> None:
+    catalog = load_catalog(ROOT / "models.yaml")
+    router = build_router(catalog, LengthBook(None))
+    text = conversation(2000)
+    q = Query(text, estimate_tokens(text))
+    for _ in range(200):
+        router.decide(q)
+    times = []
+    for _ in range(5000):
+        t0 = time.perf_counter()
+        router.decide(q)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    mix = mixed_prompts(100)
+    decisions = [router.decide(Query(t, estimate_tokens(t))) for _, t in mix]
+    result = {
+        "conversation_tokens_estimated": estimate_tokens(text),
+        "conversation_chars": len(text),
+        "decisions": len(times),
+        "decision_ms_p50": 1000 * statistics.median(times),
+        "decision_ms_p99": 1000 * times[int(0.99 * len(times))],
+        "decision_ms_max": 1000 * times[-1],
+        "mixed_prompts": {"n": len(mix), "mix": MIX,
+                          "tier_x_strategy": dict(Counter(f"{d.tier}:{d.strategy}"
+                                                          for d in decisions)),
+                          "category": dict(Counter(d.category for d in decisions)),
+                          "policy": "balanced", "curves": "CPU test workers (estimate)"},
+        "machine": "2-core development machine",
+    }
+    out = ROOT / "bench" / "results" / "route.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
