@@ -33,7 +33,8 @@ def main() -> None:
     with httpx.Client(timeout=30) as client:
         for _ in range(20):  # warm-up
             client.post("http://127.0.0.1:8101/v1/chat/completions", json=body)
-            client.post("http://127.0.0.1:8000/v1/chat/completions", json={**body, "model": "small"})
+            client.post("http://127.0.0.1:8000/v1/chat/completions",
+                        json={**body, "model": "small"})
         for _ in range(n):
             t0 = time.perf_counter()
             client.post("http://127.0.0.1:8101/v1/chat/completions", json=body).raise_for_status()

@@ -1,0 +1,262 @@
+"""The H200 benchmark: real operating curves, and the energy routing saves.
+
+Two phases, each resumable (a phase whose result file exists is skipped):
+
+  calibrate  `joulegate calibrate` against the 1B and 8B models (prompts up to
+             4k, completions up to 2k, concurrency 1 and 8) -> curves/h200/*.json
+             and gpu-curves.json (held-out MAPE for requests >= 0.5 s, R2)
+  replay     a mixed workload through the gateway in three modes: `auto`
+             (balanced), everything on the large tier, everything on the small
+             tier with CoT; at concurrency 1 and 8 -> gpu-routing.json
+
+Answers have fixed lengths (random-weight models never stop by themselves):
+`ignore_eos` with max_tokens = the direct cap for direct answers and the CoT
+cap for CoT answers (scaled down from the 200/600-token defaults to fit the
+device-time budget; stated in the results).
+
+    python3 bench/gpu_routing.py --phase calibrate --llama-server BIN --models-dir DIR --out DIR
+    python3 bench/gpu_routing.py --phase replay    --llama-server BIN --models-dir DIR --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from app.calibrate import Sweep, calibrate
+from app.catalog import Catalog, parse_catalog
+from app.embedded import RunningGateway, run_gateway
+from app.factory import Seams
+from bench.gpu_common import ROOT, engine_build, project_commit, start_llama, write_json
+from bench.workload import MIX, mixed_prompts
+from router.classifier import Classifier
+from router.quality import QualityTable
+from router.rewrite import COT_INSTRUCTION
+
+DIRECT_TOKENS = 64
+COT_TOKENS = 192
+PORTS = {"small": 8311, "large": 8312}
+
+
+@dataclass(frozen=True)
+class Setup:
+    llama_server: str
+    models_dir: Path
+    out: Path
+    shapes: dict[str, str]  # tier -> model shape
+    source: str
+    curves_dir: Path
+
+
+def catalog_for(s: Setup, with_curves: bool) -> Catalog:
+    shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
+    backends = []
+    for tier, shape in s.shapes.items():
+        b: dict[str, Any] = {"name": shape, "kind": "llamacpp", "tier": tier, "model": shape,
+                             "replicas": [{"url": f"http://127.0.0.1:{PORTS[tier]}",
+                                           "device": "gpu0"}]}
+        if with_curves:
+            b["curves"] = str(s.curves_dir / f"{shape}.json")
+        backends.append(b)
+    return parse_catalog({
+        "tiers": list(s.shapes),
+        "devices": [{"name": "gpu0", "source": s.source, "index": 0}],
+        "backends": backends,
+        "quality": shipped["quality"],
+        "routing": {**shipped["routing"], "lengths_file": None,
+                    "direct_max_tokens": DIRECT_TOKENS, "cot_max_tokens": COT_TOKENS},
+        "base_dir": str(ROOT),
+    })
+
+
+def start_workers(s: Setup) -> list[Any]:
+    return [start_llama(s.llama_server, str(s.models_dir / f"{shape}.gguf"), PORTS[tier], 8,
+                        8192, s.out / f"llama-{shape}.log")
+            for tier, shape in s.shapes.items()]
+
+
+def phase_calibrate(s: Setup, sweep: Sweep) -> None:
+    catalog = catalog_for(s, with_curves=False)
+    curves = calibrate(catalog, sweep, s.curves_dir)
+    from app.curves_plot import plot_curves
+
+    plot_curves(list(curves.values()), s.out / "gpu-curves.png")
+    write_json(s.out / "gpu-curves.json", {
+        "device": next(iter(curves.values())).device,
+        "source": next(iter(curves.values())).source,
+        "engine_build": engine_build(s.llama_server),
+        "commit": project_commit(),
+        "sweep": {"prompts": sweep.prompts, "completions": sweep.completions,
+                  "concurrency": sweep.concurrency, "repeat": sweep.repeat},
+        "mape_holdout": max(c.fit["holdout"].get("mape_long") or c.fit["holdout"]["mape"]
+                            for c in curves.values()),
+        "r2_holdout": min(c.fit["holdout"]["r2"] or 0.0 for c in curves.values()),
+        "mape_holdout_definition": "mean |predicted - measured| / measured over held-out "
+                                   "points of >= 0.5 s (all held-out points if none), "
+                                   "worst backend",
+        "per_backend": {n: {"model": c.model, "coef": c.coef, "holdout": c.fit["holdout"],
+                            "train": c.fit["train"], "points": c.fit["points"]}
+                        for n, c in curves.items()},
+        "units": {"joules": "J (gross: net + the request's share of idle)", "seconds": "s"},
+    })
+
+
+def _body(mode: str, text: str) -> dict[str, Any]:
+    msgs: list[dict[str, str]] = [{"role": "user", "content": text}]
+    if mode == "auto":
+        return {"model": "auto", "messages": msgs, "ignore_eos": True}
+    if mode == "large":
+        return {"model": "large", "messages": msgs, "max_tokens": DIRECT_TOKENS,
+                "ignore_eos": True}
+    return {"model": "small", "max_tokens": COT_TOKENS, "ignore_eos": True,
+            "messages": [{"role": "system", "content": COT_INSTRUCTION}, *msgs]}
+
+
+async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
+                concurrency: int) -> dict[str, Any]:
+    sem = asyncio.Semaphore(concurrency)
+    routes: list[str] = []
+
+    async def one(client: httpx.AsyncClient, text: str) -> None:
+        async with sem:
+            r = await client.post(gw.v1 + "/chat/completions", json=_body(mode, text),
+                                  timeout=600)
+            r.raise_for_status()
+            routes.append(f"{r.headers['x-joulegate-tier']}:{r.headers['x-joulegate-strategy']}")
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
+        await asyncio.sleep(1.0)
+        e0, t0 = nvml.read().counter_j, time.monotonic()
+        await asyncio.gather(*(one(client, t) for t in prompts))
+        wall = time.monotonic() - t0
+        await asyncio.sleep(0.3)  # let the counter step past the end
+        e1 = nvml.read().counter_j
+    from collections import Counter
+
+    return {"joules": e1 - e0, "wall_s": wall, "routes": dict(Counter(routes))}
+
+
+def _quality(mode: str, prompts: list[str], catalog: Catalog, clf: Classifier,
+             decisions: list[str]) -> float:
+    table = QualityTable(catalog.quality)
+    total = 0.0
+    for text, act in zip(prompts, decisions, strict=True):
+        probs = clf.probabilities(text)
+        total += table.expected(probs, {"large": "large:direct", "small-cot": "small:cot"}
+                                .get(mode, act))
+    return total / len(prompts)
+
+
+def phase_replay(s: Setup, n: int) -> None:
+    from telemetry.devices import DeviceSpec, make_reader
+
+    catalog = catalog_for(s, with_curves=True)
+    mix = mixed_prompts(n)
+    prompts = [t[:6000] for _, t in mix]
+    clf = Classifier.load()
+    reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
+    results: dict[str, Any] = {}
+    with run_gateway(catalog, Seams(), read_timeout_seconds=600) as gw:
+        decisions = [httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": [
+            {"role": "user", "content": t}]}).json() for t in prompts]
+        acts = [f"{d['tier']}:{d['strategy']}" for d in decisions]
+        for conc in (1, 8):
+            runs = {m: asyncio.run(_mode(gw, reader, m, prompts, conc))
+                    for m in ("auto", "large", "small-cot")}
+            q = {m: _quality(m, prompts, catalog, clf, acts) for m in runs}
+            results[f"c{conc}"] = {
+                "savings_vs_large": 1 - runs["auto"]["joules"] / runs["large"]["joules"],
+                "savings_vs_small_cot": 1 - runs["auto"]["joules"] / runs["small-cot"]["joules"],
+                "quality_ratio_vs_large": q["auto"] / q["large"],
+                "modes": {m: {**runs[m], "expected_quality": q[m]} for m in runs},
+            }
+    c1 = results["c1"]
+    write_json(s.out / "gpu-routing.json", {
+        "device": reader.name, "driver": getattr(reader, "driver", "unknown"),
+        "source": reader.source, "engine_build": engine_build(s.llama_server),
+        "commit": project_commit(),
+        "models": {t: f"random-weight {sh} shape, F16 GGUF" for t, sh in s.shapes.items()},
+        "workload": {"n": len(prompts), "mix": MIX,
+                     "answer_tokens": {"direct": DIRECT_TOKENS, "cot": COT_TOKENS},
+                     "auto_routes": dict(__import__("collections").Counter(acts))},
+        "policy": "balanced", "tolerance": catalog.routing.tolerance,
+        "savings_vs_large": c1["savings_vs_large"],
+        "savings_vs_small_cot": c1["savings_vs_small_cot"],
+        "quality_ratio_vs_large": c1["quality_ratio_vs_large"],
+        "concurrency_1": c1, "concurrency_8": results["c8"],
+        "units": {"joules": "J, NVML counter delta over the whole mode (gross, incl. idle)",
+                  "wall_s": "s", "savings_*": "fraction", "quality_*": "fraction"},
+    })
+    _plot_modes(s.out / "gpu-routing.png", results)
+
+
+def _plot_modes(path: Path, results: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    modes = ["auto", "large", "small-cot"]
+    for ax, key in zip(axes, ("c1", "c8"), strict=True):
+        r = results[key]["modes"]
+        kj = [r[m]["joules"] / 1000 for m in modes]
+        ax.bar(modes, kj, color=["tab:green", "tab:red", "tab:orange"])
+        ax.set_ylabel("energy, kJ (nvml)")
+        ax2 = ax.twinx()
+        ax2.plot(modes, [r[m]["expected_quality"] for m in modes], "ko-")
+        ax2.set_ylim(0, 1)
+        ax2.set_ylabel("expected quality")
+        ax.set_title(f"concurrency {key[1:]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", choices=["calibrate", "replay"], required=True)
+    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("--models-dir", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--small", default="llama-1b")
+    ap.add_argument("--large", default="llama-8b")
+    ap.add_argument("--source", default="nvml")
+    ap.add_argument("--curves-dir", type=Path, default=ROOT / "curves" / "h200")
+    ap.add_argument("--prompts", default="64,512,4096")
+    ap.add_argument("--completions", default="32,256,2048")
+    ap.add_argument("--concurrency", default="1,8")
+    ap.add_argument("--n", type=int, default=200)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    s = Setup(args.llama_server, args.models_dir, args.out,
+              {"small": args.small, "large": args.large}, args.source, args.curves_dir)
+    done = args.out / ("gpu-curves.json" if args.phase == "calibrate" else "gpu-routing.json")
+    if done.exists():
+        print(f"{done} exists: phase {args.phase} already done")
+        return
+    procs = start_workers(s)
+    try:
+        if args.phase == "calibrate":
+            ints = [[int(x) for x in v.split(",")] for v in
+                    (args.prompts, args.completions, args.concurrency)]
+            phase_calibrate(s, Sweep(*ints))
+        else:
+            phase_replay(s, args.n)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+    print(json.dumps(json.loads(done.read_text()), indent=1)[:3000])
+
+
+if __name__ == "__main__":
+    main()
