@@ -85,8 +85,13 @@ async def _sweep(gw: RunningGateway, catalog: Catalog, sw: Sweep, backends: list
                 b = catalog.backend(name)
                 assert b is not None
                 task = bar.add_task(f"calibrating {name}", total=len(grid), last="")
-                await client.post(gw.v1 + "/completions", json=_body(b, 16, 4, rng, sw),
-                                  timeout=300)  # warm-up
+                # Warm-up: the first request of each shape builds kernels and graphs
+                # (seen on the H200: 2 s for a 0.3 s request), which is not its cost.
+                for p in sw.prompts:
+                    for n in sw.concurrency:
+                        await asyncio.gather(*(client.post(
+                            gw.v1 + "/completions", json=_body(b, p, 8, rng, sw), timeout=300)
+                            for _ in range(n)))
                 for p, c, n in grid:
                     pt = await _point(client, gw, b, p, c, n, rng, sw)
                     out[name].append(pt)

@@ -38,6 +38,7 @@ from app.factory import Seams
 from bench.gpu_common import ROOT, engine_build, project_commit, start_llama, write_json
 from bench.workload import MIX, mixed_prompts
 from router.classifier import Classifier
+from router.curves import Curve
 from router.quality import QualityTable
 from router.rewrite import COT_INSTRUCTION
 
@@ -83,6 +84,11 @@ def start_workers(s: Setup) -> list[Any]:
             for tier, shape in s.shapes.items()]
 
 
+def _loo_mape(c: Curve) -> float:
+    loo = c.fit["leave_one_out"]
+    return float(loo["mape_long"] if loo["mape_long"] is not None else loo["mape"])
+
+
 def phase_calibrate(s: Setup, sweep: Sweep) -> None:
     catalog = catalog_for(s, with_curves=False)
     curves = calibrate(catalog, sweep, s.curves_dir)
@@ -96,13 +102,14 @@ def phase_calibrate(s: Setup, sweep: Sweep) -> None:
         "commit": project_commit(),
         "sweep": {"prompts": sweep.prompts, "completions": sweep.completions,
                   "concurrency": sweep.concurrency, "repeat": sweep.repeat},
-        "mape_holdout": max(c.fit["holdout"].get("mape_long") or c.fit["holdout"]["mape"]
-                            for c in curves.values()),
-        "r2_holdout": min(c.fit["holdout"]["r2"] or 0.0 for c in curves.values()),
-        "mape_holdout_definition": "mean |predicted - measured| / measured over held-out "
-                                   "points of >= 0.5 s (all held-out points if none), "
-                                   "worst backend",
+        "mape_holdout": max(_loo_mape(c) for c in curves.values()),
+        "r2_holdout": min(c.fit["leave_one_out"]["r2"] for c in curves.values()),
+        "mape_holdout_definition": "leave-one-out: each measurement predicted by a fit "
+                                   "without it; mean |predicted - measured| / measured over "
+                                   "requests of >= 0.5 s; worst backend",
+        "mape_random_split_25pct": {n: c.fit["holdout"] for n, c in curves.items()},
         "per_backend": {n: {"model": c.model, "coef": c.coef, "holdout": c.fit["holdout"],
+                            "leave_one_out": c.fit["leave_one_out"],
                             "train": c.fit["train"], "points": c.fit["points"]}
                         for n, c in curves.items()},
         "units": {"joules": "J (gross: net + the request's share of idle)", "seconds": "s"},

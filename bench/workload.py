@@ -9,6 +9,7 @@ classifier: the workload measures energy, not classifier accuracy).
 from __future__ import annotations
 
 import csv
+import os
 import json
 import random
 from pathlib import Path
@@ -18,7 +19,7 @@ MIX = {"gsm8k": 0.2, "mmlu": 0.3, "arena-hard": 0.2, "own": 0.3}
 
 
 def mixed_prompts(n: int, data: Path | None = None, seed: int = 0) -> list[tuple[str, str]]:
-    data = data or (ROOT.parent / "shared" / "data")
+    data = data or Path(os.environ.get("JOULEGATE_DATA", ROOT.parent / "shared" / "data"))
     rng = random.Random(seed)
     with (data / "gsm8k" / "train.jsonl").open() as f:
         gsm = [json.loads(x)["question"] for x in f]

@@ -108,9 +108,32 @@ def _errors(coef: np.ndarray, points: list[Point], min_seconds: float) -> dict[s
     }
 
 
+def leave_one_out(points: list[Point], min_seconds: float) -> dict[str, Any]:
+    """Each point predicted by a fit that never saw it: a held-out error that does
+    not hinge on which few points a random split happened to hold out."""
+    apes, long_apes, ys, preds = [], [], [], []
+    for i, p in enumerate(points):
+        coef = _lstsq(points[:i] + points[i + 1:])
+        pred = float(np.array(features(p.prompt_tokens, p.completion_tokens, p.concurrency))
+                     @ coef)
+        ape = abs(pred - p.joules) / max(p.joules, 1e-9)
+        apes.append(ape)
+        ys.append(p.joules)
+        preds.append(pred)
+        if p.seconds >= min_seconds:
+            long_apes.append(ape)
+    y, yp = np.array(ys), np.array(preds)
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return {"n": len(points), "mape": float(np.mean(apes)),
+            "mape_long": float(np.mean(long_apes)) if long_apes else None,
+            "n_long": len(long_apes), "long_means_seconds_at_least": min_seconds,
+            "r2": 1.0 - float(((y - yp) ** 2).sum()) / ss_tot if ss_tot > 0 else None}
+
+
 def fit_curve(points: list[Point], meta: dict[str, str], holdout_fraction: float = 0.25,
               seed: int = 0, min_seconds: float = 0.5) -> Curve:
-    """Fit on a random split, report held-out error, then refit on all points."""
+    """Fit on a random split, report held-out error (and leave-one-out error),
+    then refit on all points."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(points))
     k = round(len(points) * holdout_fraction)
@@ -118,7 +141,8 @@ def fit_curve(points: list[Point], meta: dict[str, str], holdout_fraction: float
     train = [points[i] for i in order[k:]]
     coef_train = _lstsq(train)
     fit = {"holdout": _errors(coef_train, held, min_seconds),
-           "train": _errors(coef_train, train, min_seconds), "points": len(points)}
+           "train": _errors(coef_train, train, min_seconds), "points": len(points),
+           "leave_one_out": leave_one_out(points, min_seconds) if len(points) > 8 else None}
     coef = _lstsq(points)
     return Curve(meta["backend"], meta["device"], meta["engine"], meta["model"],
                  meta["source"], meta["date"], tuple(float(c) for c in coef),
