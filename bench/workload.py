@@ -9,8 +9,8 @@ classifier: the workload measures energy, not classifier accuracy).
 from __future__ import annotations
 
 import csv
-import os
 import json
+import os
 import random
 from pathlib import Path
 
