@@ -25,6 +25,7 @@ from app.meter import Meter
 from app.pool import ReplicaPool, ReplicaState
 from app.upstream import Upstream, UpstreamError, UpstreamResponse
 from router.decision import Decision
+from router.loopguard import LoopGuard
 from telemetry.metrics import Metrics
 from telemetry.timeline import EnergyFigure, TokenTimeline
 
@@ -154,6 +155,8 @@ class Proxy:
         usage_event: dict[str, Any] | None = None
         status = "ok"
         prompt_guess = fw.prompt_tokens_estimate
+        guard = LoopGuard()
+        last: dict[str, Any] | None = None
         try:
             async for chunk in sent.response.chunks():
                 for event in splitter.feed(chunk):
@@ -163,12 +166,21 @@ class Proxy:
                         continue
                     if sse.is_done(event):
                         continue
-                    if obj is not None and _has_text(obj):
+                    text = _chunk_text(obj) if obj is not None else ""
+                    if text:
                         decode += 1
                         sent.timeline.mark(prompt_guess, decode)
+                        last = obj
                     yield event
+                    if guard.feed(text):
+                        break
+                if guard.period is not None:
+                    status = "loop_stopped"
+                    self._metrics.stop(fw.decision.tier, fw.decision.backend, "loop")
+                    yield sse.encode(_loop_chunk(last))
+                    break
             rest = splitter.rest()
-            if rest.strip():
+            if rest.strip() and guard.period is None:
                 yield rest
         except UpstreamError as exc:
             status = f"upstream_{exc.kind}"
@@ -185,6 +197,11 @@ class Proxy:
             # replica, the window and the metrics must still be closed.
             with anyio.CancelScope(shield=True):
                 figure = await self._finish(fw, sent, status, prompt, completion)
+        if fw.client_wants_usage and usage_event is None:
+            # The worker was stopped (loop guard) before its usage chunk: count ourselves.
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}
+            usage_event = {**_loop_chunk(last), "choices": [], "usage": usage}
         if usage_event is not None and fw.client_wants_usage and isinstance(usage, dict):
             usage.update(_energy_fields(figure))
             yield sse.encode(usage_event)
@@ -238,8 +255,9 @@ def _api_error(backend: str, exc: UpstreamError) -> ApiError:
     return upstream_failed(backend, exc.detail)
 
 
-def _has_text(chunk: dict[str, Any]) -> bool:
-    """True when a stream chunk carries generated text (one token on llama.cpp)."""
+def _chunk_text(chunk: dict[str, Any]) -> str:
+    """The generated text in a stream chunk (one token per chunk on llama.cpp)."""
+    out = []
     for choice in chunk.get("choices") or []:
         if not isinstance(choice, dict):
             continue
@@ -247,9 +265,20 @@ def _has_text(chunk: dict[str, Any]) -> bool:
         parts = [choice.get("text")]
         if isinstance(delta, dict):
             parts += [delta.get("content"), delta.get("reasoning_content")]
-        if any(isinstance(p, str) and p for p in parts):
-            return True
-    return False
+        out += [p for p in parts if isinstance(p, str) and p]
+    return "".join(out)
+
+
+def _loop_chunk(last: dict[str, Any] | None) -> dict[str, Any]:
+    """A final chunk saying the gateway stopped a looping generation."""
+    base: dict[str, Any] = {k: last[k] for k in ("id", "created", "model", "object")
+                            if last is not None and k in last}
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "loop_detected"}
+    if base.get("object") == "text_completion":
+        choice["text"] = ""
+    else:
+        choice["delta"] = {}
+    return {**base, "choices": [choice]}
 
 
 def _usage_tokens(usage: object, prompt_default: int, completion_default: int) -> tuple[int, int]:

@@ -133,7 +133,7 @@ def build_routes() -> APIRouter:
         d = decide(gw, req.model, q)
         backend = gw.catalog.backend(d.backend)
         assert backend is not None
-        out = rewrite_chat(body, d, backend.model, backend.reasoning)
+        out = rewrite_chat(body, d, backend.model, backend.reasoning, backend.kind)
         return await gw.proxy.forward(_forward(
             "/v1/chat/completions", out, d, req.stream, req.stream_options, q, received))
 

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 from router.decision import Decision
+from router.thinking import llamacpp_fields
 
 COT_INSTRUCTION = (
     "Think step by step, briefly, then give the final answer on its own line "
@@ -15,7 +16,8 @@ DIRECT_INSTRUCTION = "Answer directly and concisely, without showing your reason
 
 
 def rewrite_chat(
-    body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool
+    body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
+    engine: str = "llamacpp",
 ) -> dict[str, Any]:
     """A copy of `body` for the worker; unknown fields are kept as they are."""
     out = copy.deepcopy(body)
@@ -25,6 +27,9 @@ def rewrite_chat(
     if "max_tokens" not in out and "max_completion_tokens" not in out:
         out["max_tokens"] = d.max_tokens
     if reasoning:
+        # Reasoning models think natively; the budget caps the think span.
+        if engine == "llamacpp" and d.thinking_budget is not None:
+            out.update(llamacpp_fields(d.thinking_budget))
         return out
     # Non-reasoning models: the strategy is expressed by prompting.
     instruction = COT_INSTRUCTION if d.strategy == "cot" else None

@@ -300,3 +300,22 @@ def test_policy_header_changes_the_decision(gateway: RunningGateway) -> None:
                       headers={"x-joulegate-policy": "max-quality"}).json()
     assert low["tier"] == "small" and high["tier"] == "large"
     assert low["policy"] == "min-energy" and high["policy"] == "max-quality"
+
+
+def test_loop_guard_stops_a_repeating_stream(gateway: RunningGateway) -> None:
+    # A grammar makes the real worker repeat one phrase until max_tokens.
+    body = {"model": "large", "prompt": "go", "max_tokens": 2000, "stream": True,
+            "grammar": 'root ::= ("loop " )+', "ignore_eos": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    with httpx.stream("POST", gateway.v1 + "/completions", json=body, timeout=60) as r:
+        events = [e for e in r.read().decode().split("\n\n") if e.strip()]
+    elapsed = time.perf_counter() - t0
+    assert events[-1] == "data: [DONE]"
+    stops = [json.loads(e[6:]) for e in events[:-1] if "loop_detected" in e]
+    assert stops and stops[0]["choices"][0]["finish_reason"] == "loop_detected"
+    usage = json.loads(events[-2][6:])["usage"]
+    assert usage["completion_tokens"] < 200  # stopped long before max_tokens
+    assert elapsed < 10
+    metrics = httpx.get(gateway.url + "/metrics").text
+    assert 'joulegate_generation_stops_total{backend="large-llamacpp",reason="loop"' in metrics

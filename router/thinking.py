@@ -1,0 +1,57 @@
+"""Thinking budgets for reasoning models: cap the think span, close it, answer.
+
+- llama.cpp (this vendored version) does it natively per request:
+  `thinking_budget_tokens: N` makes the sampler force the template's end tag
+  after N thinking tokens and go on to the answer; 0 means no thinking.
+- vLLM: two requests. The first thinks with `max_tokens = N` and the end tag
+  as a stop string; if the span did not close, `close_span` closes it and
+  `continuation_body` asks for the answer with `continue_final_message`
+  (the assistant message so far is continued, not restarted).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+START_TAG = "<think>"
+END_TAG = "</think>"
+
+
+def llamacpp_fields(budget: int) -> dict[str, Any]:
+    return {"thinking_budget_tokens": budget}
+
+
+def vllm_think_body(body: dict[str, Any], budget: int, end_tag: str = END_TAG
+                    ) -> dict[str, Any]:
+    """The first request: think for at most `budget` tokens."""
+    out = copy.deepcopy(body)
+    out.update(max_tokens=budget, stop=[end_tag], stream=False)
+    out.pop("stream_options", None)
+    return out
+
+
+def close_span(thinking: str, start_tag: str = START_TAG, end_tag: str = END_TAG) -> str:
+    """An assistant prefix whose think span is closed.
+
+    `thinking` is what the model produced so far (with or without the start
+    tag). Anything after an end tag is dropped; a cut-off span is closed.
+    """
+    text = thinking
+    if end_tag in text:
+        text = text[: text.index(end_tag)]
+    if start_tag not in text:
+        text = start_tag + "\n" + text.lstrip("\n")
+    return text.rstrip() + "\n" + end_tag + "\n\n"
+
+
+def continuation_body(body: dict[str, Any], prefix: str, max_tokens: int | None
+                      ) -> dict[str, Any]:
+    """The second request: continue the assistant message after the closed span."""
+    out = copy.deepcopy(body)
+    out["messages"] = [*out.get("messages", []), {"role": "assistant", "content": prefix}]
+    out["continue_final_message"] = True
+    out["add_generation_prompt"] = False
+    if max_tokens is not None:
+        out["max_tokens"] = max_tokens
+    return out
