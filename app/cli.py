@@ -114,6 +114,26 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    import random
+
+    from app.evaluate import evaluate, load_gsm8k, load_mmlu, write
+
+    rng = random.Random(args.seed)
+    items = []
+    if args.mmlu:
+        items += load_mmlu(Path(args.mmlu), args.per_subject, rng)
+    if args.gsm8k:
+        items += load_gsm8k(Path(args.gsm8k), args.gsm8k_n, rng)
+    if not items:
+        print("joulegate eval: give --mmlu and/or --gsm8k", file=sys.stderr)
+        return 2
+    result = evaluate(args.url.rstrip("/"), args.tiers.split(","), items, args.max_tokens)
+    write(result, Path(args.out))
+    print(f"{len(items)} items -> {args.out} and {Path(args.out).with_suffix('.yaml')}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="joulegate", description="Energy-aware LLM gateway")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -149,6 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--check", default="router/data/eval_prompts.tsv")
     tr.add_argument("--out", default="router/artifacts")
     tr.set_defaults(func=_train)
+    ev = sub.add_parser("eval", help="measure the quality table on a live deployment")
+    ev.add_argument("--url", default="http://127.0.0.1:8000/v1")
+    ev.add_argument("--tiers", default="small,large")
+    ev.add_argument("--mmlu", help="folder of <subject>_test.csv files")
+    ev.add_argument("--gsm8k", help="GSM8K-format .jsonl file")
+    ev.add_argument("--per-subject", type=int, default=5)
+    ev.add_argument("--gsm8k-n", type=int, default=50)
+    ev.add_argument("--max-tokens", type=int, default=64)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--out", default="bench/results/eval.json")
+    ev.set_defaults(func=_eval)
     args = ap.parse_args(argv)
     result: int = args.func(args)
     return result
