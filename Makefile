@@ -22,13 +22,20 @@ models: $(STAMP)
 run: llama-server models
 	$(BIN)/python -m workers.local
 
-test: llama-server models
-	$(BIN)/ruff check app router telemetry tests bench workers
+COMPOSE_SCHEMA_WHEEL := .cache/schema/docker_compose-1.29.2-py2.py3-none-any.whl
+
+# The Compose specification's JSON schema, as shipped in docker-compose 1.29.2's wheel
+# (read by tests/test_deploy.py; no Docker engine is needed or used).
+$(COMPOSE_SCHEMA_WHEEL): $(STAMP)
+	$(BIN)/pip download -q --no-deps docker-compose==1.29.2 -d .cache/schema
+
+test: llama-server models $(COMPOSE_SCHEMA_WHEEL)
+	$(BIN)/ruff check app router telemetry tests bench workers deploy
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check app router telemetry tests bench workers
+	$(BIN)/ruff check app router telemetry tests bench workers deploy
 	$(BIN)/mypy
 
 clean:

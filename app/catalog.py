@@ -142,4 +142,17 @@ def load_catalog(path: Path) -> Catalog:
         raise CatalogError(f"{path}: not valid YAML: {exc}") from None
     if isinstance(data, dict):
         data = {**data, "base_dir": str(path.resolve().parent)}
+        if isinstance(data.get("quality"), str):
+            # `quality: other.yaml` shares one table among several deployments.
+            data["quality"] = _quality_from(path.resolve().parent / data["quality"], path)
     return parse_catalog(data, str(path))
+
+
+def _quality_from(source: Path, origin: Path) -> object:
+    try:
+        other = yaml.safe_load(source.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"{origin}: quality: cannot read {source}: {exc}") from None
+    if not isinstance(other, dict) or not isinstance(other.get("quality"), dict):
+        raise CatalogError(f"{origin}: quality: {source} has no `quality:` table")
+    return other["quality"]

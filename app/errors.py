@@ -79,8 +79,11 @@ def upstream_failed(backend: str, detail: str) -> ApiError:
 def install_handlers(app: FastAPI) -> None:
     """Answer every error, ours or the framework's, in the OpenAI envelope."""
 
-    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
+        hook = getattr(request.app.state, "on_error", None)  # set by the app's lifespan
+        if hook is not None:
+            hook(exc.status, exc.code)
         return JSONResponse(exc.body(), status_code=exc.status)
 
     async def on_http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -91,6 +91,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                                 metrics.backend_up)
         await checker.check_once()
         checker.start()
+        for b in catalog.backends:
+            metrics.init_backend(b.tier, b.name, "always-" + catalog.tiers[-1])
+        app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(
             catalog, pool, proxy, router, metrics,
             settings.max_body_bytes, settings.policy)

@@ -134,6 +134,8 @@ def build_routes() -> APIRouter:
         backend = gw.catalog.backend(d.backend)
         assert backend is not None
         out = rewrite_chat(body, d, backend.model, backend.reasoning, backend.kind)
+        if backend.reasoning and d.thinking_budget is not None:
+            gw.metrics.thinking(d.tier, d.backend)
         return await gw.proxy.forward(_forward(
             "/v1/chat/completions", out, d, req.stream, req.stream_options, q, received))
 

@@ -108,6 +108,26 @@ class Metrics:
         self._stops = Counter(
             "joulegate_generation_stops", "Generations the gateway stopped, by reason",
             ["tier", "backend", "reason"], registry=r)
+        self._thinking = Counter(
+            "joulegate_thinking_budget_requests",
+            "Requests sent to a reasoning backend with a capped thinking span",
+            ["tier", "backend"], registry=r)
+        self._rejected = Counter(
+            "joulegate_rejected_requests", "Requests answered with an error by the gateway",
+            ["status", "code"], registry=r)
+
+    def init_backend(self, tier: str, backend: str, baseline: str) -> None:
+        """Create the zero series up front, so dashboards show 0, not 'no data'."""
+        self._stops.labels(tier, backend, "loop")
+        self._thinking.labels(tier, backend)
+        self._saved.labels(baseline)
+        self._backend_up.labels(backend)
+
+    def thinking(self, tier: str, backend: str) -> None:
+        self._thinking.labels(tier, backend).inc()
+
+    def rejected(self, status: int, code: str | None) -> None:
+        self._rejected.labels(str(status), code or "none").inc()
 
     def watch_devices(self, devices: Callable[[], Iterable[DeviceView]]) -> None:
         self.registry.register(_DeviceCollector(devices))

@@ -1,0 +1,33 @@
+# joulegate gateway (and agent) image. Multi-stage: wheels are built in a full
+# Python image, the runtime is slim, non-root, with a health check.
+# The install steps are the README's: pip install the project.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY app ./app
+COPY router ./router
+COPY telemetry ./telemetry
+RUN python -m venv /opt/joulegate \
+ && /opt/joulegate/bin/pip install --no-cache-dir --upgrade pip \
+ && /opt/joulegate/bin/pip install --no-cache-dir . "gguf>=0.10"
+
+FROM python:3.11-slim
+LABEL org.opencontainers.image.title="joulegate" \
+      org.opencontainers.image.description="Energy-aware OpenAI-compatible LLM gateway"
+RUN useradd --system --uid 10001 --home-dir /srv/joulegate --create-home joulegate
+COPY --from=build /opt/joulegate /opt/joulegate
+WORKDIR /srv/joulegate
+COPY --chown=joulegate:joulegate models.yaml ./
+COPY --chown=joulegate:joulegate curves ./curves
+COPY --chown=joulegate:joulegate deploy/models.*.yaml ./deploy/
+COPY --chown=joulegate:joulegate workers/__init__.py workers/make_models.py ./workers/
+ENV PATH=/opt/joulegate/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    JOULEGATE_HOST=0.0.0.0 \
+    JOULEGATE_PORT=8000
+USER 10001
+EXPOSE 8000 9400
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2); sys.exit(0)"]
+ENTRYPOINT ["joulegate"]
+CMD ["serve"]

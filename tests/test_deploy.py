@@ -1,0 +1,82 @@
+"""Static checks of what cannot run here (no Docker engine): the compose file
+against the Compose specification schema, the Dockerfile with hadolint, the
+Prometheus config with promtool, and the dashboards being up to date."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_WHEEL = ROOT / ".cache" / "schema" / "docker_compose-1.29.2-py2.py3-none-any.whl"
+
+
+def compose_validator() -> jsonschema.Draft7Validator:
+    with zipfile.ZipFile(SCHEMA_WHEEL) as z:
+        schema = json.loads(z.read("compose/config/compose_spec.json"))
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_compose_file_matches_the_compose_specification() -> None:
+    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    errors = [f"{list(e.path)}: {e.message}" for e in compose_validator().iter_errors(doc)]
+    assert errors == []
+    # and the validator does catch mistakes
+    bad = {**doc, "services": {**doc["services"], "gateway": {**doc["services"]["gateway"],
+                                                              "restart": 5}}}
+    assert list(compose_validator().iter_errors(bad))
+
+
+def test_compose_profiles_and_order() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for profile in ("gpu", "vllm", "cpu"):
+        names = {n for n, s in services.items() if profile in s.get("profiles", [])}
+        gateways = [n for n in names if n.startswith("gateway")]
+        assert len(gateways) == 1, profile
+        deps = services[gateways[0]]["depends_on"]
+        assert all(v["condition"] == "service_healthy" for v in deps.values())
+        assert any(n.startswith("agent") for n in names)
+        assert sum(n.startswith("worker") for n in names) == 2
+    assert services["worker-small"]["image"].startswith("ghcr.io/ggml-org/llama.cpp:server-cuda")
+    assert services["worker-small-vllm"]["image"].startswith("vllm/vllm-openai")
+    assert "--metrics" in services["worker-large"]["command"]
+    for name in ("prometheus", "grafana"):
+        assert "profiles" not in services[name]
+
+
+def test_dockerfile_lints_clean() -> None:
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    out = subprocess.run([hadolint, "--no-color", str(ROOT / "Dockerfile")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (ROOT / "Dockerfile").read_text()
+    assert "HEALTHCHECK" in text and "USER 10001" in text and text.count("FROM ") == 2
+
+
+def test_promtool_accepts_the_prometheus_config() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: .ci/run installs Debian's prometheus package"
+    out = subprocess.run([promtool, "check", "config", str(ROOT / "deploy" / "prometheus.yml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboards_are_generated_from_the_builder(tmp_path: Path) -> None:
+    folder = ROOT / "deploy" / "grafana" / "dashboards"
+    before = {p.name: p.read_text() for p in folder.glob("*.json")}
+    out = subprocess.run([sys.executable, str(ROOT / "deploy" / "grafana" /
+                                              "build_dashboards.py")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0
+    assert before == {p.name: p.read_text() for p in folder.glob("*.json")}, "run the builder"
+    for name in ("energy", "gateway"):
+        d = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / f"{name}.json").read_text())
+        assert d["uid"] == f"joulegate-{name}"
+        assert {v["name"] for v in d["templating"]["list"]} >= {"tier", "backend"}
