@@ -11,6 +11,7 @@ substituted, is evaluated through Prometheus's HTTP API.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -111,6 +112,39 @@ def substitute(expr: str) -> str:
     return expr.replace("$__rate_interval", "30s").replace("$__range", "10m")
 
 
+def render_panels(prom: str, out: Path) -> None:
+    """Plot the Energy dashboard's time-series panels from the same PromQL."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dash = json.loads((DASHBOARDS / "energy.json").read_text())
+    panels = [p for p in dash["panels"] if p["type"] == "timeseries"]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 7))
+    end = time.time()
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        for target in panel["targets"]:
+            expr = substitute(target["expr"]).replace("[30s]", "[15s]")
+            r = httpx.get(prom + "/api/v1/query_range", params={
+                "query": expr, "start": end - 60, "end": end, "step": 1}).json()
+            for series in r["data"]["result"]:
+                label = target["legendFormat"]
+                for k, v in series["metric"].items():
+                    label = label.replace("{{" + k + "}}", v)
+                ts = [float(t) - end for t, _ in series["values"]]
+                ax.plot(ts, [float(v) for _, v in series["values"]], label=label)
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_xlabel("seconds", fontsize=8)
+        ax.set_ylabel(panel["fieldConfig"]["defaults"]["unit"], fontsize=8)
+        ax.legend(fontsize=6)
+    fig.suptitle("joulegate - Energy dashboard panels, rendered from a live Prometheus "
+                 "(CPU test workers, estimate source)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 def test_every_panel_query_returns_data(workers: Workers,
                                         prometheus: tuple[str, Path]) -> None:
     prom, cfg_path = prometheus
@@ -152,6 +186,13 @@ def test_every_panel_query_returns_data(workers: Workers,
                             failures.append(f"{path.name} '{panel['title']}': "
                                             f"{target['expr']}")
             assert failures == []
+            out = os.environ.get("JOULEGATE_PANEL_PNG")
+            if out:  # a picture for the README: a minute of steady traffic first
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    workload(gw.v1)
+                time.sleep(3)
+                render_panels(prom, Path(out))
     finally:
         agent.shutdown()
         for s in samplers:
