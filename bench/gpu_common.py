@@ -47,7 +47,8 @@ def start_llama(binary: str, model: str, port: int, parallel: int, ctx_per_slot:
 def engine_build(binary: str) -> str:
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
-        return (out.stdout + out.stderr).strip().splitlines()[-1]
+        lines = (out.stdout + out.stderr).strip().splitlines()
+        return "; ".join(ln for ln in lines if ln.startswith(("version", "built")))
     except (OSError, subprocess.SubprocessError, IndexError):
         return "unknown"
 
