@@ -7,8 +7,17 @@ import logging
 import sys
 from pathlib import Path
 
-from app.catalog import CatalogError, load_catalog
+from app.catalog import Catalog, CatalogError, load_catalog
 from app.settings import Settings
+
+
+def _catalog(args: argparse.Namespace, settings: Settings) -> Catalog | None:
+    """models.yaml from --models or the settings; None (after saying why) if bad."""
+    try:
+        return load_catalog(Path(args.models or settings.models_file))
+    except CatalogError as exc:
+        print(f"joulegate: bad configuration:\n{exc}", file=sys.stderr)
+        return None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -19,10 +28,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings()
     if args.models:
         settings = settings.model_copy(update={"models_file": args.models})
-    try:
-        catalog = load_catalog(settings.models_file)
-    except CatalogError as exc:
-        print(f"joulegate: bad configuration:\n{exc}", file=sys.stderr)
+    catalog = _catalog(args, settings)
+    if catalog is None:
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -46,10 +53,8 @@ def _agent(args: argparse.Namespace) -> int:
     from telemetry.sampler import Sampler
 
     settings = Settings()
-    try:
-        catalog = load_catalog(args.models or settings.models_file)
-    except CatalogError as exc:
-        print(f"joulegate: bad configuration:\n{exc}", file=sys.stderr)
+    catalog = _catalog(args, settings)
+    if catalog is None:
         return 2
     logging.basicConfig(level=settings.log_level.upper())
     wanted = [d for d in catalog.devices if not args.host_name or d.host == args.host_name]
@@ -79,10 +84,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     from app.calibrate import Sweep, calibrate
 
     settings = Settings()
-    try:
-        catalog = load_catalog(args.models or settings.models_file)
-    except CatalogError as exc:
-        print(f"joulegate: bad configuration:\n{exc}", file=sys.stderr)
+    catalog = _catalog(args, settings)
+    if catalog is None:
         return 2
     sweep = Sweep(_ints(args.prompts), _ints(args.completions), _ints(args.concurrency),
                   args.repeat)

@@ -13,7 +13,7 @@ from app.catalog import Backend, Catalog
 from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model
 from app.pool import ReplicaPool
 from app.proxy import Forward, Proxy
-from app.requests import message_text, parse_json, validate_chat, validate_completion
+from app.requests import ChatRequest, message_text, parse_json, validate_chat, validate_completion
 from router.decision import POLICIES, Decision, Policy, Query
 from router.rewrite import rewrite_chat
 from telemetry.metrics import CONTENT_TYPE, Metrics
@@ -117,6 +117,17 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
     return parse_json(await request.body(), limit)
 
 
+async def _chat_query(request: Request, gw: Gateway
+                      ) -> tuple[dict[str, Any], ChatRequest, Query]:
+    """The body, its validated view and the router's query, for chat and /v1/route."""
+    body = await _body(request, gw.max_body_bytes)
+    req = validate_chat(body)
+    policy, max_j = _policy(request, gw.default_policy)
+    text = conversation_text(req.messages)
+    limit = req.max_completion_tokens or req.max_tokens
+    return body, req, Query(text, estimate_tokens(text), limit, policy, max_j)
+
+
 def build_routes() -> APIRouter:
     api = APIRouter()
 
@@ -124,12 +135,7 @@ def build_routes() -> APIRouter:
     async def chat(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
-        body = await _body(request, gw.max_body_bytes)
-        req = validate_chat(body)
-        policy, max_j = _policy(request, gw.default_policy)
-        text = conversation_text(req.messages)
-        limit = req.max_completion_tokens or req.max_tokens
-        q = Query(text, estimate_tokens(text), limit, policy, max_j)
+        body, req, q = await _chat_query(request, gw)
         d = decide(gw, req.model, q)
         backend = gw.catalog.backend(d.backend)
         assert backend is not None
@@ -161,13 +167,8 @@ def build_routes() -> APIRouter:
     @api.post("/v1/route")
     async def route(request: Request) -> Response:
         gw = _gw(request)
-        body = await _body(request, gw.max_body_bytes)
-        req = validate_chat(body)
-        policy, max_j = _policy(request, gw.default_policy)
-        text = conversation_text(req.messages)
-        limit = req.max_completion_tokens or req.max_tokens
-        d = decide(gw, req.model, Query(text, estimate_tokens(text), limit, policy, max_j))
-        return JSONResponse(d.as_json())
+        _, req, q = await _chat_query(request, gw)
+        return JSONResponse(decide(gw, req.model, q).as_json())
 
     @api.get("/v1/models")
     async def models(request: Request) -> Response:

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from app.catalog import Catalog, parse_catalog
 from app.embedded import RunningGateway, free_port, run_gateway
+from app.factory import device_spec
+from telemetry.agent import AgentServer, start_agent
+from telemetry.devices import metered_device
+from telemetry.metrics import Metrics
+from telemetry.sampler import Sampler
 from workers.local import ROOT, WorkerSpec, llama_server, start_worker, stop
 
 
@@ -73,4 +82,32 @@ def gateway(workers: Workers) -> Iterator[RunningGateway]:
         yield gw
 
 
-__all__ = ["RunningGateway", "Workers", "catalog_for", "free_port", "run_gateway"]
+__all__ = ["RunningGateway", "Workers", "catalog_for", "final_energy", "free_port",
+           "run_gateway", "running_agent"]
+
+
+@contextmanager
+def running_agent(catalog: Catalog) -> Iterator[tuple[str, AgentServer]]:
+    """A real `joulegate agent` (samplers, ledgers, HTTP) for the catalog's devices."""
+    devices = {d.name: metered_device(device_spec(d), 0.1) for d in catalog.devices}
+    samplers = [Sampler(d.reader, d.ledger, 20) for d in devices.values()]
+    for s in samplers:
+        s.start()
+    port = free_port()
+    server, _ = start_agent("127.0.0.1", port, devices, Metrics(CollectorRegistry()))
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.shutdown()
+        for s in samplers:
+            s.stop()
+
+
+def final_energy(v1: str, energy_id: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    """Poll GET /v1/energy/{id} until the figure is final (or the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    fig: dict[str, Any] = httpx.get(f"{v1}/energy/{energy_id}").json()
+    while not fig["final"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        fig = httpx.get(f"{v1}/energy/{energy_id}").json()
+    return fig

@@ -7,14 +7,16 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry
 
-from app.factory import device_spec
-from telemetry.agent import AgentServer, start_agent
-from telemetry.devices import metered_device
-from telemetry.metrics import Metrics
-from telemetry.sampler import Sampler
-from tests.integration.conftest import Workers, catalog_for, free_port, run_gateway
+from telemetry.agent import AgentServer
+from tests.integration.conftest import (
+    Workers,
+    catalog_for,
+    final_energy,
+    free_port,
+    run_gateway,
+    running_agent,
+)
 
 pytestmark = pytest.mark.integration
 MSG = [{"role": "user", "content": "hello there"}]
@@ -22,19 +24,8 @@ MSG = [{"role": "user", "content": "hello there"}]
 
 @pytest.fixture
 def agent(workers: Workers) -> Iterator[tuple[str, AgentServer]]:
-    catalog = catalog_for([workers.small], [workers.large])
-    devices = {d.name: metered_device(device_spec(d), 0.1) for d in catalog.devices}
-    samplers = [Sampler(d.reader, d.ledger, 20) for d in devices.values()]
-    for s in samplers:
-        s.start()
-    port = free_port()
-    server, _ = start_agent("127.0.0.1", port, devices, Metrics(CollectorRegistry()))
-    try:
-        yield f"http://127.0.0.1:{port}", server
-    finally:
-        server.shutdown()
-        for s in samplers:
-            s.stop()
+    with running_agent(catalog_for([workers.small], [workers.large])) as a:
+        yield a
 
 
 def test_gateway_meters_through_the_agent(workers: Workers,
@@ -45,13 +36,7 @@ def test_gateway_meters_through_the_agent(workers: Workers,
                        json={"model": "large", "messages": MSG, "max_tokens": 16})
         usage = r.json()["usage"]
         assert usage["energy_source"] == "estimate" and usage["energy_joules"] > 0
-        energy_id = r.headers["x-joulegate-energy-id"]
-        deadline = time.monotonic() + 3
-        fig = httpx.get(f"{gw.v1}/energy/{energy_id}").json()
-        while not fig["final"] and time.monotonic() < deadline:
-            time.sleep(0.1)
-            fig = httpx.get(f"{gw.v1}/energy/{energy_id}").json()
-        assert fig["final"]
+        assert final_energy(gw.v1, r.headers["x-joulegate-energy-id"])["final"]
         time.sleep(0.5)  # the gateway's own settle task records the histogram
         assert "joulegate_request_energy_joules_count" in httpx.get(gw.url + "/metrics").text
     ledger = server.devices["cpu"].ledger

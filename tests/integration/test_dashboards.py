@@ -22,14 +22,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
 
-from app.factory import device_spec
-from telemetry.agent import start_agent
-from telemetry.devices import metered_device
-from telemetry.metrics import Metrics
-from telemetry.sampler import Sampler
-from tests.integration.conftest import Workers, catalog_for, free_port, run_gateway
+from tests.integration.conftest import (
+    Workers,
+    catalog_for,
+    free_port,
+    run_gateway,
+    running_agent,
+)
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,47 +153,37 @@ def test_every_panel_query_returns_data(workers: Workers,
     # panel has requests to show (the tiny model ignores the budget field).
     catalog = catalog.model_copy(update={"backends": [
         b.model_copy(update={"reasoning": b.tier == "large"}) for b in catalog.backends]})
-    devices = {d.name: metered_device(device_spec(d), 0.1) for d in catalog.devices}
-    samplers = [Sampler(d.reader, d.ledger, 20) for d in devices.values()]
-    for s in samplers:
-        s.start()
-    agent_port = free_port()
-    agent, _ = start_agent("127.0.0.1", agent_port, devices, Metrics(CollectorRegistry()))
-    try:
-        with run_gateway(catalog, agent_url=f"http://127.0.0.1:{agent_port}") as gw:
-            host = lambda url: url.split("//", 1)[1]  # noqa: E731
-            cfg_path.write_text(yaml.safe_dump(prometheus_config({
-                "joulegate": [host(gw.url)], "joulegate-agent": [f"127.0.0.1:{agent_port}"],
-                "llamacpp": [host(workers.small), host(workers.large)]})))
-            assert httpx.post(prom + "/-/reload").status_code == 200
-            time.sleep(2)
-            workload(gw.v1)
-            time.sleep(5)  # final energy figures settle; several scrapes
-            targets = httpx.get(prom + "/api/v1/targets").json()["data"]["activeTargets"]
-            assert targets and all(t["health"] == "up" for t in targets), targets
-            failures = []
-            for path in sorted(DASHBOARDS.glob("*.json")):
-                dash = json.loads(path.read_text())
-                for var in dash["templating"]["list"]:
-                    metric, label = var["definition"][len("label_values("):-1].split(", ")
-                    values = httpx.get(f"{prom}/api/v1/label/{label}/values",
-                                       params={"match[]": metric}).json()["data"]
-                    if not values:
-                        failures.append(f"{path.name} variable {var['name']}: no values")
-                for panel in dash["panels"]:
-                    for target in panel["targets"]:
-                        if not query(prom, substitute(target["expr"])):
-                            failures.append(f"{path.name} '{panel['title']}': "
-                                            f"{target['expr']}")
-            assert failures == []
-            out = os.environ.get("JOULEGATE_PANEL_PNG")
-            if out:  # a picture for the README: a minute of steady traffic first
-                deadline = time.monotonic() + 60
-                while time.monotonic() < deadline:
-                    workload(gw.v1)
-                time.sleep(3)
-                render_panels(prom, Path(out))
-    finally:
-        agent.shutdown()
-        for s in samplers:
-            s.stop()
+    with running_agent(catalog) as (agent_url, _), \
+            run_gateway(catalog, agent_url=agent_url) as gw:
+        host = lambda url: url.split("//", 1)[1]  # noqa: E731
+        cfg_path.write_text(yaml.safe_dump(prometheus_config({
+            "joulegate": [host(gw.url)], "joulegate-agent": [host(agent_url)],
+            "llamacpp": [host(workers.small), host(workers.large)]})))
+        assert httpx.post(prom + "/-/reload").status_code == 200
+        time.sleep(2)
+        workload(gw.v1)
+        time.sleep(5)  # final energy figures settle; several scrapes
+        targets = httpx.get(prom + "/api/v1/targets").json()["data"]["activeTargets"]
+        assert targets and all(t["health"] == "up" for t in targets), targets
+        failures = []
+        for path in sorted(DASHBOARDS.glob("*.json")):
+            dash = json.loads(path.read_text())
+            for var in dash["templating"]["list"]:
+                metric, label = var["definition"][len("label_values("):-1].split(", ")
+                values = httpx.get(f"{prom}/api/v1/label/{label}/values",
+                                   params={"match[]": metric}).json()["data"]
+                if not values:
+                    failures.append(f"{path.name} variable {var['name']}: no values")
+            for panel in dash["panels"]:
+                for target in panel["targets"]:
+                    if not query(prom, substitute(target["expr"])):
+                        failures.append(f"{path.name} '{panel['title']}': "
+                                        f"{target['expr']}")
+        assert failures == []
+        out = os.environ.get("JOULEGATE_PANEL_PNG")
+        if out:  # a picture for the README: a minute of steady traffic first
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                workload(gw.v1)
+            time.sleep(3)
+            render_panels(prom, Path(out))

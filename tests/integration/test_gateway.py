@@ -9,7 +9,13 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import RunningGateway, Workers, catalog_for, run_gateway
+from tests.integration.conftest import (
+    RunningGateway,
+    Workers,
+    catalog_for,
+    final_energy,
+    run_gateway,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -265,12 +271,7 @@ def test_client_disconnect_cancels_upstream(workers: Workers) -> None:
 def test_final_energy_can_be_fetched_after_the_response(gateway: RunningGateway) -> None:
     r = httpx.post(gateway.v1 + "/chat/completions", timeout=30,
                    json={"model": "large", "messages": MSG, "max_tokens": 16})
-    energy_id = r.headers["x-joulegate-energy-id"]
-    deadline = time.monotonic() + 3
-    fig = httpx.get(f"{gateway.v1}/energy/{energy_id}").json()
-    while not fig["final"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-        fig = httpx.get(f"{gateway.v1}/energy/{energy_id}").json()
+    fig = final_energy(gateway.v1, r.headers["x-joulegate-energy-id"])
     assert fig["final"] and fig["source"] == "estimate" and fig["net_j"] > 0
     assert httpx.get(gateway.v1 + "/energy/cpu/w999999").status_code == 404
 
