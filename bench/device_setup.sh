@@ -6,6 +6,7 @@
 #   - writes the random-weight GGUF models named in $MODELS (default: llama-1b)
 #   - copies the packed build to $OUT so later sessions can carry it instead of rebuilding
 # Idempotent: what already exists under /tmp/jg is reused.
+# The device copy has no .git: export JOULEGATE_COMMIT=<hash> for the result files.
 set -euo pipefail
 W=/tmp/jg
 mkdir -p "$W/models"
