@@ -54,8 +54,17 @@ class Backend(_Strict):
     model: str = Field(description="model name sent upstream")
     replicas: list[Replica] = Field(min_length=1)
     reasoning: bool = False
+    # How a reasoning model's think span is capped: `native` (llama.cpp's
+    # thinking_budget_tokens) or `splice` (two requests with
+    # continue_final_message; vLLM). Default: native on llamacpp, splice on vllm.
+    thinking: Literal["native", "splice"] | None = None
     curves: str | None = None
     context_tokens: int = Field(default=4096, gt=0)
+
+
+    @property
+    def thinking_mode(self) -> str:
+        return self.thinking or ("native" if self.kind == "llamacpp" else "splice")
 
 
 class Defaults(_Strict):

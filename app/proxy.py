@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -26,6 +26,7 @@ from app.pool import ReplicaPool, ReplicaState
 from app.upstream import Upstream, UpstreamError, UpstreamResponse
 from router.decision import Decision
 from router.loopguard import LoopGuard
+from router.thinking import close_span, continuation_body, vllm_think_body
 from telemetry.metrics import Metrics
 from telemetry.timeline import EnergyFigure, TokenTimeline
 
@@ -44,6 +45,17 @@ class Forward:
     client_wants_usage: bool
     prompt_tokens_estimate: int
     received_at: float  # time.perf_counter() when the request arrived
+    prior: Prior | None = None  # a first (thinking) request already made for this one
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a spliced request's thinking phase cost and produced."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    figure: EnergyFigure | None
+    thinking: str
 
 
 @dataclass
@@ -85,6 +97,42 @@ class Proxy:
                 self._stream(fw, sent), media_type="text/event-stream", headers=headers
             )
         return await self._whole(fw, sent, headers)
+
+    async def forward_spliced(self, fw: Forward, budget: int) -> Response:
+        """Cap the think span with two requests (router/thinking.py): think for at
+        most `budget` tokens, close the span, then continue to the answer."""
+        thinking, prior_tokens, figure = "", (0, 0), None
+        if budget > 0:
+            think = replace(fw, body=vllm_think_body(fw.body, budget), stream=False,
+                            path="/v1/chat/completions")
+            sent = await self._send(think)
+            if sent.response.status != 200:
+                return await self._upstream_error(think, sent, {})
+            body = await self._read_json(think, sent)
+            usage = body.get("usage")
+            prior_tokens = _usage_tokens(usage, fw.prompt_tokens_estimate, 0)
+            _mark_whole(sent.timeline, body, *prior_tokens)
+            figure = await self._finish(think, sent, "ok", *prior_tokens, count=False)
+            thinking = _message_thinking(body)
+        answer = continuation_body(fw.body, close_span(thinking), fw.decision.max_tokens)
+        prior = Prior(*prior_tokens, figure, thinking)
+        return await self.forward(replace(fw, body=answer, prior=prior))
+
+    async def _read_json(self, fw: Forward, sent: _Sent) -> dict[str, Any]:
+        """A whole JSON response body; errors close the request and become ApiErrors."""
+        try:
+            raw = await sent.response.read()
+        except UpstreamError as exc:
+            await self._finish(fw, sent, status=f"upstream_{exc.kind}")
+            raise _api_error(fw.decision.backend, exc) from None
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            await self._finish(fw, sent, status="upstream_invalid")
+            raise upstream_failed(fw.decision.backend, "response is not a JSON object")
+        return body
 
     async def _send(self, fw: Forward) -> _Sent:
         last: UpstreamError | None = None
@@ -128,21 +176,15 @@ class Proxy:
         return JSONResponse(body, status_code=sent.response.status, headers=headers)
 
     async def _whole(self, fw: Forward, sent: _Sent, headers: dict[str, str]) -> Response:
-        try:
-            raw = await sent.response.read()
-        except UpstreamError as exc:
-            await self._finish(fw, sent, status=f"upstream_{exc.kind}")
-            raise _api_error(fw.decision.backend, exc) from None
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            await self._finish(fw, sent, status="upstream_invalid")
-            raise upstream_failed(fw.decision.backend, "response is not JSON") from None
-        usage = body.get("usage") if isinstance(body, dict) else None
+        body = await self._read_json(fw, sent)
+        usage = body.get("usage")
         prompt, completion = _usage_tokens(usage, fw.prompt_tokens_estimate, 0)
         _mark_whole(sent.timeline, body, prompt, completion)
-        figure = await self._finish(fw, sent, "ok", prompt, completion)
+        figure = _plus(await self._finish(fw, sent, "ok", prompt, completion), fw.prior)
+        if fw.prior is not None:
+            _merge_thinking(body, fw.prior)
         if isinstance(usage, dict):
+            _add_prior_usage(usage, fw.prior)
             usage.update(_energy_fields(figure))
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
@@ -196,30 +238,35 @@ class Proxy:
             # Shielded: a client disconnect cancels this generator, and the
             # replica, the window and the metrics must still be closed.
             with anyio.CancelScope(shield=True):
-                figure = await self._finish(fw, sent, status, prompt, completion)
+                figure = _plus(await self._finish(fw, sent, status, prompt, completion),
+                               fw.prior)
         if fw.client_wants_usage and usage_event is None:
             # The worker was stopped (loop guard) before its usage chunk: count ourselves.
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
             usage_event = {**_loop_chunk(last), "choices": [], "usage": usage}
         if usage_event is not None and fw.client_wants_usage and isinstance(usage, dict):
+            _add_prior_usage(usage, fw.prior)
             usage.update(_energy_fields(figure))
             yield sse.encode(usage_event)
         yield sse.DONE
 
     async def _finish(
-        self, fw: Forward, sent: _Sent, status: str, prompt: int = 0, completion: int = 0
+        self, fw: Forward, sent: _Sent, status: str, prompt: int = 0, completion: int = 0,
+        count: bool = True,
     ) -> EnergyFigure | None:
-        """Release the replica, close the energy window, record metrics."""
+        """Release the replica, close the energy window, record metrics (a
+        thinking phase is not counted as a request of its own: count=False)."""
         await sent.response.aclose()
         sent.state.outstanding -= 1
         upstream_s = time.perf_counter() - sent.sent_at
         d = fw.decision
         sent.timeline.mark(prompt, completion)
         figure = await self._meter.close(sent.window, sent.timeline.points())
-        self._count(fw, status)
-        if status == "ok":
-            self._on_complete(d, completion)
+        if count:
+            self._count(fw, status)
+        if status == "ok" and count:
+            self._on_complete(d, completion + (fw.prior.completion_tokens if fw.prior else 0))
         self._metrics.observe_upstream(d.tier, d.backend, upstream_s)
         self._metrics.tokens(d.tier, d.backend, prompt, completion)
         total_s = time.perf_counter() - fw.received_at
@@ -309,6 +356,44 @@ def _mark_whole(timeline: TokenTimeline, body: object, prompt: int, completion: 
     first = end - decode_s if decode_s is not None else 0.0
     timeline.mark(prompt, 0, offset_s=first)
     timeline.mark(prompt, completion, offset_s=end)
+
+
+def _plus(figure: EnergyFigure | None, prior: Prior | None) -> EnergyFigure | None:
+    """A spliced request's energy: its thinking phase plus its answer."""
+    if prior is None or prior.figure is None or figure is None:
+        return figure
+    p = prior.figure
+    return EnergyFigure(figure.net_j + p.net_j, figure.gross_j + p.gross_j, figure.source,
+                        figure.final and p.final, figure.prefill_j + p.prefill_j,
+                        figure.decode_j + p.decode_j)
+
+
+def _add_prior_usage(usage: dict[str, Any], prior: Prior | None) -> None:
+    if prior is None:
+        return
+    for key, extra in (("prompt_tokens", prior.prompt_tokens),
+                       ("completion_tokens", prior.completion_tokens)):
+        if isinstance(usage.get(key), int):
+            usage[key] += extra
+    if isinstance(usage.get("total_tokens"), int):
+        usage["total_tokens"] += prior.prompt_tokens + prior.completion_tokens
+    usage["thinking_tokens"] = prior.completion_tokens
+
+
+def _message_thinking(body: dict[str, Any]) -> str:
+    """The thinking a first-phase response holds (vLLM's reasoning parser puts it in
+    `reasoning_content`; without one it is the content)."""
+    choices = body.get("choices") or [{}]
+    message = choices[0].get("message") or {} if isinstance(choices[0], dict) else {}
+    text = message.get("reasoning_content") or message.get("content") or ""
+    return str(text)
+
+
+def _merge_thinking(body: dict[str, Any], prior: Prior) -> None:
+    for choice in body.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and not message.get("reasoning_content"):
+            message["reasoning_content"] = prior.thinking
 
 
 def _energy_fields(figure: EnergyFigure | None) -> dict[str, Any]:

@@ -139,11 +139,14 @@ def build_routes() -> APIRouter:
         d = decide(gw, req.model, q)
         backend = gw.catalog.backend(d.backend)
         assert backend is not None
-        out = rewrite_chat(body, d, backend.model, backend.reasoning, backend.kind)
+        out = rewrite_chat(body, d, backend.model, backend.reasoning, backend.thinking_mode)
+        fw = _forward("/v1/chat/completions", out, d, req.stream, req.stream_options, q,
+                      received)
         if backend.reasoning and d.thinking_budget is not None:
             gw.metrics.thinking(d.tier, d.backend)
-        return await gw.proxy.forward(_forward(
-            "/v1/chat/completions", out, d, req.stream, req.stream_options, q, received))
+            if backend.thinking_mode == "splice":
+                return await gw.proxy.forward_spliced(fw, d.thinking_budget)
+        return await gw.proxy.forward(fw)
 
     @api.post("/v1/completions")
     async def completions(request: Request) -> Response:

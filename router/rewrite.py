@@ -17,7 +17,7 @@ DIRECT_INSTRUCTION = "Answer directly and concisely, without showing your reason
 
 def rewrite_chat(
     body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
-    engine: str = "llamacpp",
+    thinking_mode: str = "native",
 ) -> dict[str, Any]:
     """A copy of `body` for the worker; unknown fields are kept as they are."""
     out = copy.deepcopy(body)
@@ -28,7 +28,7 @@ def rewrite_chat(
         out["max_tokens"] = d.max_tokens
     if reasoning:
         # Reasoning models think natively; the budget caps the think span.
-        if engine == "llamacpp" and d.thinking_budget is not None:
+        if thinking_mode == "native" and d.thinking_budget is not None:
             out.update(llamacpp_fields(d.thinking_budget))
         return out
     # Non-reasoning models: the strategy is expressed by prompting.

@@ -36,16 +36,16 @@ def test_vllm_two_phase_bodies() -> None:
 
 def test_rewrite_sets_llamacpp_budget_for_reasoning_backends() -> None:
     body = {"model": "auto", "messages": [{"role": "user", "content": "prove it"}]}
-    out = rewrite_chat(body, decision("cot", 256), "qwen3", True, "llamacpp")
+    out = rewrite_chat(body, decision("cot", 256), "qwen3", True, "native")
     assert out["thinking_budget_tokens"] == 256 and out["model"] == "qwen3"
     assert out["messages"] == body["messages"]  # no prompting: the model thinks natively
-    direct = rewrite_chat(body, decision("direct", 0), "qwen3", True, "llamacpp")
+    direct = rewrite_chat(body, decision("direct", 0), "qwen3", True, "native")
     assert direct["thinking_budget_tokens"] == 0
 
 
 def test_rewrite_prompts_non_reasoning_models_for_cot() -> None:
     body = {"model": "auto", "messages": [{"role": "user", "content": "prove it"}]}
-    out = rewrite_chat(body, decision("cot", None), "llama", False, "llamacpp")
+    out = rewrite_chat(body, decision("cot", None), "llama", False, "native")
     assert out["messages"][0] == {"role": "system", "content": COT_INSTRUCTION}
     assert out["max_tokens"] == 300
     assert "thinking_budget_tokens" not in out
