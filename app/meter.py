@@ -7,6 +7,7 @@ failure never fails a request: it yields no figure, and the response says so.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, Protocol
 
@@ -91,8 +92,6 @@ class RemoteMeter:
         if r.status != 200:
             log.warning("agent %s answered %d", path, r.status)
             return None
-        import json
-
         return json.loads(raw)
 
     async def open(self, device: str) -> str | None:

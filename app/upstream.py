@@ -61,10 +61,6 @@ class UpstreamResponse:
     def status(self) -> int:
         return self._response.status_code
 
-    @property
-    def content_type(self) -> str:
-        return str(self._response.headers.get("content-type", ""))
-
     async def chunks(self) -> AsyncIterator[bytes]:
         with _translated():
             async for chunk in self._response.aiter_raw():

@@ -36,10 +36,6 @@ class TokenTimeline:
         self._points: list[Point] = [(0.0, 0, 0)]
         self._min_gap_s = min_gap_s
 
-    def restart(self) -> None:
-        self._t0 = time.monotonic()
-        self._points = [(0.0, 0, 0)]
-
     def mark(self, prompt_tokens: int, decode_tokens: int, offset_s: float | None = None) -> None:
         t = time.monotonic() - self._t0 if offset_s is None else offset_s
         point = (t, prompt_tokens, decode_tokens)
