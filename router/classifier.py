@@ -1,14 +1,16 @@
 """The query classifier: text -> probabilities over request categories.
 
-A scikit-learn pipeline (TF-IDF word 1-2-grams into a multinomial logistic
+A scikit-learn pipeline (TF-IDF word 1-2-grams over the bounded text, and
+character 2-4-grams over its last 300 characters, into a multinomial logistic
 regression), trained by `joulegate train` and committed as
-`router/artifacts/classifier.pkl` with its report.
+`router/artifacts/classifier.pkl` with its report. The character n-grams
+carry misspellings and unseen words ("heyyy"): +2 points held-out, +2 on the
+check prompts, measured.
 
 Inference does not call scikit-learn: its per-call overhead alone is ~1 ms.
-The fitted vocabulary, idf and coefficients are read out once and applied
-with a dict lookup per token and one small matrix product, which gives the
-same probabilities (tested) in ~0.1 ms. Character n-grams were measured too:
-+2 points of held-out accuracy for ~10x the time, so they are left out.
+The fitted vocabularies, idf and coefficients are read out once and applied
+with dict lookups and one small matrix product, which gives the same
+probabilities (tested against the pipeline) in a fraction of a millisecond.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import itertools
 import math
 import pickle
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,44 +42,92 @@ def prepare(text: str) -> str:
 
 
 TOKEN_PATTERN = r"(?u)\b\w+\b"
+CHAR_TAIL = 300
+_SPACES = re.compile(r"\s\s+")
+
+
+def char_view(text: str) -> str:
+    """What the character n-grams read: the last characters, where the last user
+    turn is. Module-level so the fitted pipeline pickles."""
+    return text[-CHAR_TAIL:].lower()
 
 
 def build_pipeline() -> Any:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import Pipeline
+    from sklearn.pipeline import FeatureUnion, Pipeline
 
     return Pipeline([
-        ("tfidf", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2,
-                                  max_features=80000, token_pattern=TOKEN_PATTERN)),
+        ("features", FeatureUnion([
+            ("word", TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2,
+                                     max_features=80000, token_pattern=TOKEN_PATTERN)),
+            ("char", TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4),
+                                     sublinear_tf=True, min_df=2, max_features=40000,
+                                     preprocessor=char_view)),
+        ])),
         ("clf", LogisticRegression(C=8.0, max_iter=3000)),
     ])
+
+
+def word_terms(text: str, token: re.Pattern[str]) -> list[str]:
+    """scikit-learn's word 1-2-grams of lowercased text."""
+    tokens = token.findall(text.lower())
+    return tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
+
+
+def char_terms(text: str, lo: int = 2, hi: int = 4) -> list[str]:
+    """scikit-learn's `char_wb` n-grams of char_view(text)."""
+    out: list[str] = []
+    extend = out.extend
+    for word in _SPACES.sub(" ", char_view(text)).split():
+        w = f" {word} "
+        size = len(w)
+        for n in range(lo, hi + 1):
+            if size <= n:  # a short word counts once, as in scikit-learn
+                out.append(w)
+                break
+            extend(w[i:i + n] for i in range(size - n + 1))
+    return out
+
+
+class _Block:
+    """One TF-IDF vectorizer's fitted tables, applied without scikit-learn."""
+
+    def __init__(self, vectorizer: Any, offset: int) -> None:
+        self.vocab: dict[str, int] = {str(k): int(v) + offset
+                                      for k, v in vectorizer.vocabulary_.items()}
+        self.idf = np.asarray(vectorizer.idf_, dtype=np.float64)
+        self.offset = offset
+
+    def features(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        ids = [i for i in map(self.vocab.get, terms) if i is not None]
+        if not ids:
+            return np.zeros(0, dtype=np.intp), np.zeros(0)
+        idx, counts = np.unique(np.array(ids, dtype=np.intp), return_counts=True)
+        vals = (1.0 + np.log(counts)) * self.idf[idx - self.offset]
+        return idx, vals / math.sqrt(float(vals @ vals))
 
 
 class Classifier:
     def __init__(self, pipeline: Any) -> None:
         self._pipe = pipeline
         self._labels = [str(c) for c in pipeline.classes_]
-        tfidf, lr = pipeline.named_steps["tfidf"], pipeline.named_steps["clf"]
-        self._vocab: dict[str, int] = {str(k): int(v) for k, v in tfidf.vocabulary_.items()}
-        self._idf = np.asarray(tfidf.idf_, dtype=np.float64)
+        union, lr = pipeline.named_steps["features"], pipeline.named_steps["clf"]
+        word, char = (t for _, t in union.transformer_list)
+        self._word = _Block(word, 0)
+        self._char = _Block(char, len(word.vocabulary_))
         self._coef = np.ascontiguousarray(lr.coef_.T, dtype=np.float64)  # features x classes
         self._intercept = np.asarray(lr.intercept_, dtype=np.float64)
         self._token = re.compile(TOKEN_PATTERN)
 
     def _scores(self, text: str) -> np.ndarray:
-        tokens = self._token.findall(prepare(text).lower())
-        terms = tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
-        vocab = self._vocab
-        counts = Counter(vocab[t] for t in terms if t in vocab)
-        if not counts:
-            return self._intercept.copy()
-        idx = np.fromiter(counts.keys(), dtype=np.intp, count=len(counts))
-        tf = np.fromiter((1.0 + math.log(c) for c in counts.values()), dtype=np.float64,
-                         count=len(counts))
-        vals = tf * self._idf[idx]
-        vals /= math.sqrt(float(vals @ vals))
-        scores: np.ndarray = self._intercept + vals @ self._coef[idx]
+        text = prepare(text)
+        scores: np.ndarray = self._intercept.copy()
+        for block, terms in ((self._word, word_terms(text, self._token)),
+                             (self._char, char_terms(text))):
+            idx, vals = block.features(terms)
+            if idx.size:
+                scores = scores + vals @ self._coef[idx]
         return scores
 
     @classmethod
