@@ -34,6 +34,9 @@ class Device(_Strict):
     idle_power_w: float | None = Field(default=None, ge=0)
     max_power_w: float = Field(default=65.0, gt=0, description="estimate: power at full load")
     estimate_idle_power_w: float = Field(default=10.0, ge=0)
+    # A prefill token's share of work relative to a decode token, for attribution
+    # (bench/gpu_telemetry.py fits it: 0.009 on an H200 with llama.cpp).
+    prefill_weight: float = Field(default=0.1, ge=0)
 
 
 class Replica(_Strict):

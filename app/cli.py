@@ -46,7 +46,7 @@ def _agent(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from app.factory import PREFILL_WEIGHT, device_spec
+    from app.factory import device_spec
     from telemetry.agent import start_agent
     from telemetry.devices import metered_device
     from telemetry.metrics import Metrics
@@ -58,7 +58,7 @@ def _agent(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper())
     wanted = [d for d in catalog.devices if not args.host_name or d.host == args.host_name]
-    devices = {d.name: metered_device(device_spec(d), PREFILL_WEIGHT) for d in wanted}
+    devices = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in wanted}
     samplers = [Sampler(d.reader, d.ledger, settings.sample_hz) for d in devices.values()]
     for s in samplers:
         s.start()

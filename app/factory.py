@@ -27,9 +27,6 @@ from telemetry.sampler import Sampler
 
 log = logging.getLogger("joulegate")
 
-PREFILL_WEIGHT = 0.1  # a prefill token's work relative to a decode token (bench calibrates)
-
-
 def device_spec(d: Device) -> DeviceSpec:
     return DeviceSpec(d.name, d.host, d.source, d.index, d.idle_power_w,
                       d.max_power_w, d.estimate_idle_power_w)
@@ -75,7 +72,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         if settings.agent_url:
             meter = RemoteMeter(upstream, settings.agent_url)
         else:
-            factory = seams.device_factory or (lambda s: metered_device(s, PREFILL_WEIGHT))
+            weights = {d.name: d.prefill_weight for d in catalog.devices}
+            factory = seams.device_factory or (
+                lambda s: metered_device(s, weights[s.name]))
             devices = [factory(device_spec(d)) for d in catalog.devices]
             seams.devices[:] = devices
             samplers = [Sampler(d.reader, d.ledger, settings.sample_hz) for d in devices]
