@@ -108,7 +108,10 @@ class Ledger:
         self.clock = clock
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self._windows: dict[str, _Window] = {}
+        # Windows still taking part in attribution, and finished ones kept for
+        # lookups; only live ones are scanned per span (this runs 20x a second).
+        self._live: dict[str, _Window] = {}
+        self._done: dict[str, _Window] = {}  # insertion order = order finalized
         self._pending: list[tuple[float, float, float]] = []  # (a, b, energy_j)
         self._last_counter: float | None = None
         self._last_change_t: float | None = None
@@ -150,13 +153,13 @@ class Ledger:
     def open(self) -> str:
         with self._lock:
             wid = f"w{next(self._ids)}"
-            self._windows[wid] = _Window(wid, self.clock())
+            self._live[wid] = _Window(wid, self.clock())
             return wid
 
     def close(self, wid: str, points: list[Point]) -> EnergyFigure | None:
         """Close a window with its token timeline; returns the provisional figure."""
         with self._lock:
-            win = self._windows.get(wid)
+            win = self._live.get(wid)
             if win is None or win.closed_at is not None:
                 return None
             now = self.clock()
@@ -181,7 +184,7 @@ class Ledger:
 
     def result(self, wid: str) -> EnergyFigure | None:
         with self._lock:
-            win = self._windows.get(wid)
+            win = self._live.get(wid) or self._done.get(wid)
             return None if win is None else self._figure(win, provisional=not win.final)
 
     def totals(self) -> Totals:
@@ -189,7 +192,7 @@ class Ledger:
             return Totals(
                 self.measured_j, self.attributed_j, self.idle_j, self.unattributed_j,
                 self._idle_w, self._power_w, self.resets,
-                sum(1 for w in self._windows.values() if w.closed_at is None),
+                sum(1 for w in self._live.values() if w.closed_at is None),
             )
 
     @property
@@ -216,11 +219,14 @@ class Ledger:
     def _settle(self) -> None:
         while self._pending:
             a, b, energy = self._pending[0]
-            wins = [w for w in self._windows.values() if w.overlaps(a, b)]
+            wins = [w for w in self._live.values() if w.overlaps(a, b)]
             if any(w.closed_at is None for w in wins):
                 return
             self._pending.pop(0)
             self._attribute(a, b, energy, wins, commit=True)
+            for w in wins:
+                if w.final:
+                    self._done[w.wid] = self._live.pop(w.wid)
 
     def _attribute(
         self, a: float, b: float, energy: float, wins: list[_Window], commit: bool
@@ -287,23 +293,28 @@ class Ledger:
         end = max(win.settled_until, win.opened_at)
         for a, b, energy in self._pending:
             if win.overlaps(a, b):
-                wins = [w for w in self._windows.values() if w.overlaps(a, b)]
+                wins = [w for w in self._live.values() if w.overlaps(a, b)]
                 extra += self._attribute(a, b, energy, wins, commit=False).get(win.wid, 0.0)
                 end = max(end, b)
         assert win.closed_at is not None
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
             net_w = max(0.0, energy / (b - a) - (self._idle_w or 0.0))
-            n = max(1, sum(1 for w in self._windows.values() if w.overlaps(end, win.closed_at)))
+            n = max(1, sum(1 for w in self._live.values() if w.overlaps(end, win.closed_at)))
             extra += net_w * (win.closed_at - end) / n
         return extra
 
     def _expire(self, now: float) -> None:
-        for wid, w in list(self._windows.items()):
+        for w in list(self._live.values()):
             if w.closed_at is None and now - w.opened_at > self._max_window_s:
                 w.closed_at = now  # leaked window: closed with no work
-            elif w.closed_at is not None and w.final and now - w.closed_at > self._keep_s:
-                del self._windows[wid]
+            elif w.closed_at is not None and now - w.closed_at > self._keep_s:
+                self._done[w.wid] = self._live.pop(w.wid)  # never final (counter reset)
+        while self._done:
+            w = next(iter(self._done.values()))
+            if w.closed_at is None or now - w.closed_at <= self._keep_s:
+                break
+            del self._done[w.wid]
 
 
 def _span_work(w: _Window, a: float, b: float) -> tuple[float, float]:

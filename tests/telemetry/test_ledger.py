@@ -172,3 +172,22 @@ def test_invariant_under_random_interleavings(seed: int) -> None:
     assert all(f is not None and f.final and f.net_j >= 0 for f in figs)
     total = sum(f.net_j for f in figs if f)
     assert total == pytest.approx(ledger.totals().attributed_j)
+
+
+def test_finished_windows_leave_the_attribution_path_and_expire() -> None:
+    clock = Clock()
+    counter = SteppingCounter(lambda t: IDLE_W + 50.0, clock)
+    ledger = Ledger("nvml", idle_power_w=IDLE_W, keep_results_s=5.0, clock=clock)
+    drive(ledger, counter, clock, 0.5)
+    ids = []
+    for _ in range(50):
+        wid = ledger.open()
+        drive(ledger, counter, clock, clock.t + 0.05)
+        ledger.close(wid, [(0.0, 0, 0), (0.05, 0, 5)])
+        ids.append(wid)
+    drive(ledger, counter, clock, clock.t + 1.0)
+    assert len(ledger._live) == 0  # only windows still being attributed are scanned
+    assert all(ledger.result(w) is not None for w in ids)
+    drive(ledger, counter, clock, clock.t + 6.0)
+    assert ledger.result(ids[0]) is None  # forgotten after keep_results_s
+    check_invariant(ledger)
