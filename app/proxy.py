@@ -24,6 +24,18 @@ from app.errors import ApiError, no_healthy_worker, upstream_failed, upstream_ti
 from app.meter import Meter
 from app.pool import ReplicaPool, ReplicaState
 from app.upstream import Upstream, UpstreamError, UpstreamResponse
+from app.usage import (
+    Prior,
+    add_prior_usage,
+    chunk_text,
+    energy_fields,
+    loop_chunk,
+    mark_whole,
+    merge_thinking,
+    message_thinking,
+    plus_prior,
+    usage_tokens,
+)
 from router.decision import Decision
 from router.loopguard import LoopGuard
 from router.thinking import close_span, continuation_body, vllm_think_body
@@ -46,16 +58,6 @@ class Forward:
     prompt_tokens_estimate: int
     received_at: float  # time.perf_counter() when the request arrived
     prior: Prior | None = None  # a first (thinking) request already made for this one
-
-
-@dataclass(frozen=True)
-class Prior:
-    """What a spliced request's thinking phase cost and produced."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    figure: EnergyFigure | None
-    thinking: str
 
 
 @dataclass
@@ -110,10 +112,10 @@ class Proxy:
                 return await self._upstream_error(think, sent, {})
             body = await self._read_json(think, sent)
             usage = body.get("usage")
-            prior_tokens = _usage_tokens(usage, fw.prompt_tokens_estimate, 0)
-            _mark_whole(sent.timeline, body, *prior_tokens)
+            prior_tokens = usage_tokens(usage, fw.prompt_tokens_estimate, 0)
+            mark_whole(sent.timeline, body, *prior_tokens)
             figure = await self._finish(think, sent, "ok", *prior_tokens, count=False)
-            thinking = _message_thinking(body)
+            thinking = message_thinking(body)
         answer = continuation_body(fw.body, close_span(thinking), fw.decision.max_tokens)
         prior = Prior(*prior_tokens, figure, thinking)
         return await self.forward(replace(fw, body=answer, prior=prior))
@@ -178,14 +180,14 @@ class Proxy:
     async def _whole(self, fw: Forward, sent: _Sent, headers: dict[str, str]) -> Response:
         body = await self._read_json(fw, sent)
         usage = body.get("usage")
-        prompt, completion = _usage_tokens(usage, fw.prompt_tokens_estimate, 0)
-        _mark_whole(sent.timeline, body, prompt, completion)
-        figure = _plus(await self._finish(fw, sent, "ok", prompt, completion), fw.prior)
+        prompt, completion = usage_tokens(usage, fw.prompt_tokens_estimate, 0)
+        mark_whole(sent.timeline, body, prompt, completion)
+        figure = plus_prior(await self._finish(fw, sent, "ok", prompt, completion), fw.prior)
         if fw.prior is not None:
-            _merge_thinking(body, fw.prior)
+            merge_thinking(body, fw.prior)
         if isinstance(usage, dict):
-            _add_prior_usage(usage, fw.prior)
-            usage.update(_energy_fields(figure))
+            add_prior_usage(usage, fw.prior)
+            usage.update(energy_fields(figure))
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
             headers["x-joulegate-energy-source"] = figure.source
@@ -208,7 +210,7 @@ class Proxy:
                         continue
                     if sse.is_done(event):
                         continue
-                    text = _chunk_text(obj) if obj is not None else ""
+                    text = chunk_text(obj) if obj is not None else ""
                     if text:
                         decode += 1
                         sent.timeline.mark(prompt_guess, decode)
@@ -219,7 +221,7 @@ class Proxy:
                 if guard.period is not None:
                     status = "loop_stopped"
                     self._metrics.stop(fw.decision.tier, fw.decision.backend, "loop")
-                    yield sse.encode(_loop_chunk(last))
+                    yield sse.encode(loop_chunk(last))
                     break
             rest = splitter.rest()
             if rest.strip() and guard.period is None:
@@ -232,22 +234,22 @@ class Proxy:
             raise
         finally:
             usage = usage_event.get("usage") if usage_event else None
-            prompt, completion = _usage_tokens(usage, prompt_guess, decode)
+            prompt, completion = usage_tokens(usage, prompt_guess, decode)
             if prompt != prompt_guess:
                 sent.timeline.scale_prompt(prompt)
             # Shielded: a client disconnect cancels this generator, and the
             # replica, the window and the metrics must still be closed.
             with anyio.CancelScope(shield=True):
-                figure = _plus(await self._finish(fw, sent, status, prompt, completion),
+                figure = plus_prior(await self._finish(fw, sent, status, prompt, completion),
                                fw.prior)
         if fw.client_wants_usage and usage_event is None:
             # The worker was stopped (loop guard) before its usage chunk: count ourselves.
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
-            usage_event = {**_loop_chunk(last), "choices": [], "usage": usage}
+            usage_event = {**loop_chunk(last), "choices": [], "usage": usage}
         if usage_event is not None and fw.client_wants_usage and isinstance(usage, dict):
-            _add_prior_usage(usage, fw.prior)
-            usage.update(_energy_fields(figure))
+            add_prior_usage(usage, fw.prior)
+            usage.update(energy_fields(figure))
             yield sse.encode(usage_event)
         yield sse.DONE
 
@@ -300,108 +302,3 @@ def _api_error(backend: str, exc: UpstreamError) -> ApiError:
     if exc.kind == "timeout":
         return upstream_timeout(backend)
     return upstream_failed(backend, exc.detail)
-
-
-def _chunk_text(chunk: dict[str, Any]) -> str:
-    """The generated text in a stream chunk (one token per chunk on llama.cpp)."""
-    out = []
-    for choice in chunk.get("choices") or []:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        parts = [choice.get("text")]
-        if isinstance(delta, dict):
-            parts += [delta.get("content"), delta.get("reasoning_content")]
-        out += [p for p in parts if isinstance(p, str) and p]
-    return "".join(out)
-
-
-def _loop_chunk(last: dict[str, Any] | None) -> dict[str, Any]:
-    """A final chunk saying the gateway stopped a looping generation."""
-    base: dict[str, Any] = {k: last[k] for k in ("id", "created", "model", "object")
-                            if last is not None and k in last}
-    choice: dict[str, Any] = {"index": 0, "finish_reason": "loop_detected"}
-    if base.get("object") == "text_completion":
-        choice["text"] = ""
-    else:
-        choice["delta"] = {}
-    return {**base, "choices": [choice]}
-
-
-def _usage_tokens(usage: object, prompt_default: int, completion_default: int) -> tuple[int, int]:
-    """(prompt tokens computed, completion tokens); cached prompt tokens cost no prefill."""
-    if not isinstance(usage, dict):
-        return prompt_default, completion_default
-    p = usage.get("prompt_tokens")
-    c = usage.get("completion_tokens")
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    prompt = p if isinstance(p, int) else prompt_default
-    if isinstance(cached, int):
-        prompt = max(0, prompt - cached)
-    return prompt, c if isinstance(c, int) else completion_default
-
-
-def _mark_whole(timeline: TokenTimeline, body: object, prompt: int, completion: int) -> None:
-    """A non-streamed request's progress: prefill first, then decode to the end.
-
-    llama.cpp reports `timings.predicted_ms`; where it does, decode is placed in
-    the last `predicted_ms` of the request, else prefill is placed at the start.
-    """
-    end = timeline.elapsed_s()
-    timings = body.get("timings") if isinstance(body, dict) else None
-    decode_s = None
-    if isinstance(timings, dict) and isinstance(timings.get("predicted_ms"), int | float):
-        decode_s = min(end, float(timings["predicted_ms"]) / 1000.0)
-    first = end - decode_s if decode_s is not None else 0.0
-    timeline.mark(prompt, 0, offset_s=first)
-    timeline.mark(prompt, completion, offset_s=end)
-
-
-def _plus(figure: EnergyFigure | None, prior: Prior | None) -> EnergyFigure | None:
-    """A spliced request's energy: its thinking phase plus its answer."""
-    if prior is None or prior.figure is None or figure is None:
-        return figure
-    p = prior.figure
-    return EnergyFigure(figure.net_j + p.net_j, figure.gross_j + p.gross_j, figure.source,
-                        figure.final and p.final, figure.prefill_j + p.prefill_j,
-                        figure.decode_j + p.decode_j)
-
-
-def _add_prior_usage(usage: dict[str, Any], prior: Prior | None) -> None:
-    if prior is None:
-        return
-    for key, extra in (("prompt_tokens", prior.prompt_tokens),
-                       ("completion_tokens", prior.completion_tokens)):
-        if isinstance(usage.get(key), int):
-            usage[key] += extra
-    if isinstance(usage.get("total_tokens"), int):
-        usage["total_tokens"] += prior.prompt_tokens + prior.completion_tokens
-    usage["thinking_tokens"] = prior.completion_tokens
-
-
-def _message_thinking(body: dict[str, Any]) -> str:
-    """The thinking a first-phase response holds (vLLM's reasoning parser puts it in
-    `reasoning_content`; without one it is the content)."""
-    choices = body.get("choices") or [{}]
-    message = choices[0].get("message") or {} if isinstance(choices[0], dict) else {}
-    text = message.get("reasoning_content") or message.get("content") or ""
-    return str(text)
-
-
-def _merge_thinking(body: dict[str, Any], prior: Prior) -> None:
-    for choice in body.get("choices") or []:
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if isinstance(message, dict) and not message.get("reasoning_content"):
-            message["reasoning_content"] = prior.thinking
-
-
-def _energy_fields(figure: EnergyFigure | None) -> dict[str, Any]:
-    if figure is None:
-        return {"energy_joules": None, "energy_source": "unavailable"}
-    return {
-        "energy_joules": round(figure.net_j, 4),
-        "energy_gross_joules": round(figure.gross_j, 4),
-        "energy_source": figure.source,
-        "energy_final": figure.final,
-    }

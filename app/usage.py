@@ -1,0 +1,127 @@
+"""Token counts and energy in responses: reading usage, adding energy, and
+merging a spliced request's thinking phase into its answer.
+
+Pure functions over response dicts; the proxy calls them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from telemetry.timeline import EnergyFigure, TokenTimeline
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a spliced request's thinking phase cost and produced."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    figure: EnergyFigure | None
+    thinking: str
+
+
+def chunk_text(chunk: dict[str, Any]) -> str:
+    """The generated text in a stream chunk (one token per chunk on llama.cpp)."""
+    out = []
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        parts = [choice.get("text")]
+        if isinstance(delta, dict):
+            parts += [delta.get("content"), delta.get("reasoning_content")]
+        out += [p for p in parts if isinstance(p, str) and p]
+    return "".join(out)
+
+
+def loop_chunk(last: dict[str, Any] | None) -> dict[str, Any]:
+    """A final chunk saying the gateway stopped a looping generation."""
+    base: dict[str, Any] = {k: last[k] for k in ("id", "created", "model", "object")
+                            if last is not None and k in last}
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "loop_detected"}
+    if base.get("object") == "text_completion":
+        choice["text"] = ""
+    else:
+        choice["delta"] = {}
+    return {**base, "choices": [choice]}
+
+
+def usage_tokens(usage: object, prompt_default: int, completion_default: int) -> tuple[int, int]:
+    """(prompt tokens computed, completion tokens); cached prompt tokens cost no prefill."""
+    if not isinstance(usage, dict):
+        return prompt_default, completion_default
+    p = usage.get("prompt_tokens")
+    c = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    prompt = p if isinstance(p, int) else prompt_default
+    if isinstance(cached, int):
+        prompt = max(0, prompt - cached)
+    return prompt, c if isinstance(c, int) else completion_default
+
+
+def mark_whole(timeline: TokenTimeline, body: object, prompt: int, completion: int) -> None:
+    """A non-streamed request's progress: prefill first, then decode to the end.
+
+    llama.cpp reports `timings.predicted_ms`; where it does, decode is placed in
+    the last `predicted_ms` of the request, else prefill is placed at the start.
+    """
+    end = timeline.elapsed_s()
+    timings = body.get("timings") if isinstance(body, dict) else None
+    decode_s = None
+    if isinstance(timings, dict) and isinstance(timings.get("predicted_ms"), int | float):
+        decode_s = min(end, float(timings["predicted_ms"]) / 1000.0)
+    first = end - decode_s if decode_s is not None else 0.0
+    timeline.mark(prompt, 0, offset_s=first)
+    timeline.mark(prompt, completion, offset_s=end)
+
+
+def plus_prior(figure: EnergyFigure | None, prior: Prior | None) -> EnergyFigure | None:
+    """A spliced request's energy: its thinking phase plus its answer."""
+    if prior is None or prior.figure is None or figure is None:
+        return figure
+    p = prior.figure
+    return EnergyFigure(figure.net_j + p.net_j, figure.gross_j + p.gross_j, figure.source,
+                        figure.final and p.final, figure.prefill_j + p.prefill_j,
+                        figure.decode_j + p.decode_j)
+
+
+def add_prior_usage(usage: dict[str, Any], prior: Prior | None) -> None:
+    if prior is None:
+        return
+    for key, extra in (("prompt_tokens", prior.prompt_tokens),
+                       ("completion_tokens", prior.completion_tokens)):
+        if isinstance(usage.get(key), int):
+            usage[key] += extra
+    if isinstance(usage.get("total_tokens"), int):
+        usage["total_tokens"] += prior.prompt_tokens + prior.completion_tokens
+    usage["thinking_tokens"] = prior.completion_tokens
+
+
+def message_thinking(body: dict[str, Any]) -> str:
+    """The thinking a first-phase response holds (vLLM's reasoning parser puts it in
+    `reasoning_content`; without one it is the content)."""
+    choices = body.get("choices") or [{}]
+    message = choices[0].get("message") or {} if isinstance(choices[0], dict) else {}
+    text = message.get("reasoning_content") or message.get("content") or ""
+    return str(text)
+
+
+def merge_thinking(body: dict[str, Any], prior: Prior) -> None:
+    for choice in body.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict) and not message.get("reasoning_content"):
+            message["reasoning_content"] = prior.thinking
+
+
+def energy_fields(figure: EnergyFigure | None) -> dict[str, Any]:
+    if figure is None:
+        return {"energy_joules": None, "energy_source": "unavailable"}
+    return {
+        "energy_joules": round(figure.net_j, 4),
+        "energy_gross_joules": round(figure.gross_j, 4),
+        "energy_source": figure.source,
+        "energy_final": figure.final,
+    }
