@@ -12,14 +12,15 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from app import sse
+from app.assemble import Assembler
 from app.errors import ApiError, no_healthy_worker, upstream_failed, upstream_timeout
 from app.meter import Meter
 from app.pool import ReplicaPool, ReplicaState
@@ -58,6 +59,19 @@ class Forward:
     prompt_tokens_estimate: int
     received_at: float  # time.perf_counter() when the request arrived
     prior: Prior | None = None  # a first (thinking) request already made for this one
+    disconnected: Callable[[], Awaitable[bool]] | None = None  # the client went away?
+
+
+@dataclass
+class _Run:
+    """One worker stream being relayed: what has been seen of it so far."""
+
+    prompt_guess: int
+    decode: int = 0
+    usage_event: dict[str, Any] | None = None
+    last: dict[str, Any] | None = None
+    status: str = "ok"
+    guard: LoopGuard = field(default_factory=LoopGuard)
 
 
 @dataclass
@@ -98,7 +112,8 @@ class Proxy:
             return StreamingResponse(
                 self._stream(fw, sent), media_type="text/event-stream", headers=headers
             )
-        return await self._whole(fw, sent, headers)
+        # The worker streams (routes ask it to); the client gets one response.
+        return await self._collect_watched(fw, sent, headers)
 
     async def forward_spliced(self, fw: Forward, budget: int) -> Response:
         """Cap the think span with two requests (router/thinking.py): think for at
@@ -177,81 +192,116 @@ class Proxy:
             body = ApiError(sent.response.status, msg, "upstream_error").body()
         return JSONResponse(body, status_code=sent.response.status, headers=headers)
 
-    async def _whole(self, fw: Forward, sent: _Sent, headers: dict[str, str]) -> Response:
-        body = await self._read_json(fw, sent)
-        usage = body.get("usage")
-        prompt, completion = usage_tokens(usage, fw.prompt_tokens_estimate, 0)
-        mark_whole(sent.timeline, body, prompt, completion)
-        figure = plus_prior(await self._finish(fw, sent, "ok", prompt, completion), fw.prior)
+    async def _relay(self, fw: Forward, sent: _Sent, run: _Run) -> AsyncIterator[bytes]:
+        """The worker's events as they arrive, unchanged; the usage event is held
+        back in `run` (energy is added at the end), the loop guard applied."""
+        splitter = sse.EventSplitter()
+        async for chunk in sent.response.chunks():
+            for event in splitter.feed(chunk):
+                obj = sse.event_json(event)
+                if obj is not None and obj.get("usage") and not obj.get("choices"):
+                    run.usage_event = obj
+                    continue
+                if sse.is_done(event):
+                    continue
+                text = chunk_text(obj) if obj is not None else ""
+                if text:
+                    run.decode += 1
+                    sent.timeline.mark(run.prompt_guess, run.decode)
+                    run.last = obj
+                yield event
+                if run.guard.feed(text):
+                    break
+            if run.guard.period is not None:
+                run.status = "loop_stopped"
+                self._metrics.stop(fw.decision.tier, fw.decision.backend, "loop")
+                yield sse.encode(loop_chunk(run.last))
+                return
+        rest = splitter.rest()
+        if rest.strip():
+            yield rest
+
+    async def _close_run(self, fw: Forward, sent: _Sent, run: _Run
+                         ) -> tuple[EnergyFigure | None, dict[str, Any]]:
+        """Finish the request and return its energy and the usage to report."""
+        usage = run.usage_event.get("usage") if run.usage_event else None
+        prompt, completion = usage_tokens(usage, run.prompt_guess, run.decode)
+        if prompt != run.prompt_guess:
+            sent.timeline.scale_prompt(prompt)
+        # Shielded: a client disconnect cancels the caller, and the replica, the
+        # window and the metrics must still be closed.
+        with anyio.CancelScope(shield=True):
+            figure = plus_prior(await self._finish(fw, sent, run.status, prompt, completion),
+                                fw.prior)
+        if not isinstance(usage, dict):  # stopped before the worker's usage chunk
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}
+        add_prior_usage(usage, fw.prior)
+        usage.update(energy_fields(figure))
+        return figure, usage
+
+    async def _stream(self, fw: Forward, sent: _Sent) -> AsyncIterator[bytes]:
+        run = _Run(fw.prompt_tokens_estimate)
+        try:
+            async for event in self._relay(fw, sent, run):
+                yield event
+        except UpstreamError as exc:
+            run.status = f"upstream_{exc.kind}"
+            yield _api_error(fw.decision.backend, exc).sse_event()
+        except asyncio.CancelledError:
+            run.status = "client_disconnected"
+            raise
+        finally:
+            _, usage = await self._close_run(fw, sent, run)
+        if fw.client_wants_usage:
+            final = run.usage_event or {**loop_chunk(run.last), "choices": []}
+            final["usage"] = usage
+            yield sse.encode(final)
+        yield sse.DONE
+
+    async def _collect(self, fw: Forward, sent: _Sent, headers: dict[str, str]) -> Response:
+        """A non-streamed answer, assembled from the worker's stream (app/assemble.py)."""
+        run = _Run(fw.prompt_tokens_estimate)
+        asm = Assembler(chat=fw.path.endswith("/chat/completions"))
+        try:
+            async for event in self._relay(fw, sent, run):
+                obj = sse.event_json(event)
+                if obj is not None and isinstance(obj.get("error"), dict):
+                    raise UpstreamError("broken", str(obj["error"].get("message", obj)))
+                if obj is not None:
+                    asm.add(obj)
+        except UpstreamError as exc:
+            run.status = f"upstream_{exc.kind}"
+            await self._close_run(fw, sent, run)
+            raise _api_error(fw.decision.backend, exc) from None
+        except asyncio.CancelledError:
+            run.status = "client_disconnected"
+            await self._close_run(fw, sent, run)
+            raise
+        figure, usage = await self._close_run(fw, sent, run)
+        body = asm.result(usage)
         if fw.prior is not None:
             merge_thinking(body, fw.prior)
-        if isinstance(usage, dict):
-            add_prior_usage(usage, fw.prior)
-            usage.update(energy_fields(figure))
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
             headers["x-joulegate-energy-source"] = figure.source
         return JSONResponse(body, headers=headers)
 
-    async def _stream(self, fw: Forward, sent: _Sent) -> AsyncIterator[bytes]:
-        splitter = sse.EventSplitter()
-        decode = 0
-        usage_event: dict[str, Any] | None = None
-        status = "ok"
-        prompt_guess = fw.prompt_tokens_estimate
-        guard = LoopGuard()
-        last: dict[str, Any] | None = None
-        try:
-            async for chunk in sent.response.chunks():
-                for event in splitter.feed(chunk):
-                    obj = sse.event_json(event)
-                    if obj is not None and obj.get("usage") and not obj.get("choices"):
-                        usage_event = obj  # held back: energy is added at the end
-                        continue
-                    if sse.is_done(event):
-                        continue
-                    text = chunk_text(obj) if obj is not None else ""
-                    if text:
-                        decode += 1
-                        sent.timeline.mark(prompt_guess, decode)
-                        last = obj
-                    yield event
-                    if guard.feed(text):
-                        break
-                if guard.period is not None:
-                    status = "loop_stopped"
-                    self._metrics.stop(fw.decision.tier, fw.decision.backend, "loop")
-                    yield sse.encode(loop_chunk(last))
-                    break
-            rest = splitter.rest()
-            if rest.strip() and guard.period is None:
-                yield rest
-        except UpstreamError as exc:
-            status = f"upstream_{exc.kind}"
-            yield _api_error(fw.decision.backend, exc).sse_event()
-        except asyncio.CancelledError:
-            status = "client_disconnected"
-            raise
-        finally:
-            usage = usage_event.get("usage") if usage_event else None
-            prompt, completion = usage_tokens(usage, prompt_guess, decode)
-            if prompt != prompt_guess:
-                sent.timeline.scale_prompt(prompt)
-            # Shielded: a client disconnect cancels this generator, and the
-            # replica, the window and the metrics must still be closed.
-            with anyio.CancelScope(shield=True):
-                figure = plus_prior(await self._finish(fw, sent, status, prompt, completion),
-                               fw.prior)
-        if fw.client_wants_usage and usage_event is None:
-            # The worker was stopped (loop guard) before its usage chunk: count ourselves.
-            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
-                     "total_tokens": prompt + completion}
-            usage_event = {**loop_chunk(last), "choices": [], "usage": usage}
-        if usage_event is not None and fw.client_wants_usage and isinstance(usage, dict):
-            add_prior_usage(usage, fw.prior)
-            usage.update(energy_fields(figure))
-            yield sse.encode(usage_event)
-        yield sse.DONE
+    async def _collect_watched(self, fw: Forward, sent: _Sent, headers: dict[str, str]
+                               ) -> Response:
+        """Collect, but stop the worker as soon as the client goes away."""
+        task = asyncio.ensure_future(self._collect(fw, sent, headers))
+        if fw.disconnected is None:
+            return await task
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.25)
+            if done:
+                return task.result()
+            if await fw.disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return Response(status_code=499)
 
     async def _finish(
         self, fw: Forward, sent: _Sent, status: str, prompt: int = 0, completion: int = 0,

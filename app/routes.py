@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
@@ -141,7 +142,7 @@ def build_routes() -> APIRouter:
         assert backend is not None
         out = rewrite_chat(body, d, backend.model, backend.reasoning, backend.thinking_mode)
         fw = _forward("/v1/chat/completions", out, d, req.stream, req.stream_options, q,
-                      received)
+                      received, request.is_disconnected)
         if backend.reasoning and d.thinking_budget is not None:
             gw.metrics.thinking(d.tier, d.backend)
             if backend.thinking_mode == "splice":
@@ -165,7 +166,8 @@ def build_routes() -> APIRouter:
         if d.routed and "max_tokens" not in body:
             out["max_tokens"] = d.max_tokens
         return await gw.proxy.forward(_forward(
-            "/v1/completions", out, d, req.stream, req.stream_options, q, received))
+            "/v1/completions", out, d, req.stream, req.stream_options, q, received,
+            request.is_disconnected))
 
     @api.post("/v1/route")
     async def route(request: Request) -> Response:
@@ -219,11 +221,13 @@ def build_routes() -> APIRouter:
 
 
 def _forward(path: str, body: dict[str, Any], d: Decision, stream: bool,
-             stream_options: Any, q: Query, received: float) -> Forward:
+             stream_options: Any, q: Query, received: float,
+             disconnected: Callable[[], Awaitable[bool]] | None = None) -> Forward:
     wants_usage = bool(stream_options and stream_options.include_usage)
-    if stream:
-        # Always ask the worker for usage (to count tokens); withheld from
-        # clients that did not ask for it.
-        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    # The worker always streams, with usage: the gateway counts tokens as they
+    # come, can stop a generation (loop guard, timeout, client gone), and
+    # assembles one response for clients that did not ask to stream.
+    body["stream"] = True
+    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
     return Forward(path, body, d, "auto" if d.routed else "forced", stream, wants_usage,
-                   q.prompt_tokens, received)
+                   q.prompt_tokens, received, disconnected=disconnected)

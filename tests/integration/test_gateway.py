@@ -197,10 +197,13 @@ def test_no_healthy_worker_is_503(workers: Workers) -> None:
 
 
 def test_worker_timeout_is_504(workers: Workers) -> None:
+    # The read timeout is the longest silence allowed from a worker: a long
+    # prompt keeps the CPU worker silent (prefill) for over a second.
+    long_prompt = [{"role": "user", "content": "energy " * 300}]  # ~1,800 tokens
     with run_gateway(catalog_for([workers.small], [workers.large]),
                      read_timeout_seconds=0.2) as gw:
         r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
-                       json={"model": "large", "messages": MSG, "max_tokens": 1500})
+                       json={"model": "large", "messages": long_prompt, "max_tokens": 4})
         assert r.status_code == 504
         assert r.json()["error"]["type"] == "timeout"
 
@@ -320,3 +323,35 @@ def test_loop_guard_stops_a_repeating_stream(gateway: RunningGateway) -> None:
     assert elapsed < 10
     metrics = httpx.get(gateway.url + "/metrics").text
     assert 'joulegate_generation_stops_total{backend="large-llamacpp",reason="loop"' in metrics
+
+
+def test_non_streamed_requests_are_loop_guarded_too(gateway: RunningGateway) -> None:
+    body = {"model": "large", "prompt": "go", "max_tokens": 2000,
+            "grammar": 'root ::= ("loop " )+', "ignore_eos": True}
+    r = httpx.post(gateway.v1 + "/completions", json=body, timeout=60)
+    assert r.status_code == 200
+    out = r.json()
+    assert out["object"] == "text_completion"
+    assert out["choices"][0]["finish_reason"] == "loop_detected"
+    assert out["choices"][0]["text"].startswith("loop loop")
+    assert out["usage"]["completion_tokens"] < 200 and out["usage"]["energy_joules"] >= 0
+
+
+def test_non_streamed_client_that_leaves_stops_the_worker(workers: Workers) -> None:
+    deadline = time.monotonic() + 30
+    while _busy(workers.large) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
+        body = {"model": "large", "messages": MSG, "max_tokens": 3000, "ignore_eos": True}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(gw.v1 + "/chat/completions", json=body, timeout=1.0)
+        # llama-server alone would generate all 3,000 tokens (many seconds) for a
+        # non-streamed request whose client has gone; the gateway stops it.
+        deadline = time.monotonic() + 5
+        busy = True
+        while busy and time.monotonic() < deadline:
+            busy = _busy(workers.large)
+            time.sleep(0.1)
+        assert not busy
+        pool = gw.app.state.gateway.pool
+        assert all(s.outstanding == 0 for s in pool.all_states())
