@@ -33,6 +33,10 @@ class Sweep:
     repeat: int = 1
     token_id_low: int = 300
     token_id_high: int = 1000  # valid in every vocabulary of >= 1000 tokens
+    # A tiny unmeasured request right before each point: on the H200 the first
+    # request after even a short pause ran up to 10x slower and dearer (clocks
+    # ramping up from idle), which is not the steady-state cost curves model.
+    prewarm: bool = True
 
 
 def _body(b: Backend, prompt: int, completion: int, rng: random.Random, sw: Sweep
@@ -56,6 +60,9 @@ async def _final(client: httpx.AsyncClient, gw: RunningGateway, eid: str) -> dic
 async def _point(client: httpx.AsyncClient, gw: RunningGateway, b: Backend, p: int, c: int,
                  n: int, rng: random.Random, sw: Sweep) -> Point:
     bodies = [_body(b, p, c, rng, sw) for _ in range(n)]
+    if sw.prewarm:
+        (await client.post(gw.v1 + "/completions", json=_body(b, 16, 4, rng, sw),
+                           timeout=300)).raise_for_status()
     t0 = time.monotonic()
     rs = await asyncio.gather(*(client.post(gw.v1 + "/completions", json=x, timeout=900)
                                 for x in bodies))
