@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The H200 benchmark, whole, in as few device calls as its limits allow.
+#
+# Through the device tool (repo root as cwd; carry .llama .whl .data):
+#   JOULEGATE_COMMIT=$(git rev-parse --short HEAD) bash bench/run_h200.sh
+# Each call does what is not done yet and stops before the 10-minute limit:
+#   1. setup (bench/device_setup.sh): llama-server (carried build or 5-min CUDA
+#      build), the 1B and 8B random-weight models, the wheels;
+#   2. calibrate -> gpu-curves.json (+ curves/*.json, gpu-curves.png);
+#   3. replay    -> gpu-routing.json (+ gpu-routing.png).
+# A phase is done when its result is in bench/results/ (copy back what $OUT
+# returned, commit, call again) or already under /tmp/jg/res on a warm machine.
+# Results are copied to $OUT, which the device tool brings back.
+set -euo pipefail
+export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
+start=$(date +%s)
+left() { echo $(( 560 - ($(date +%s) - start) )); }
+OUT_DIR="${OUT:-/tmp/jg/out}"
+mkdir -p "$OUT_DIR" /tmp/jg/res
+OUT= MODELS="llama-1b llama-8b" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
+  || { tail -30 /tmp/jg-setup.log; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+for f in gpu-curves.json gpu-routing.json; do
+  [ -f "bench/results/$f" ] && [ ! -f "/tmp/jg/res/$f" ] && cp "bench/results/$f" /tmp/jg/res/
+done
+[ -d curves/h200 ] && mkdir -p /tmp/jg/curves && cp -n curves/h200/*.json /tmp/jg/curves/ 2>/dev/null || true
+run() {
+  timeout "$(left)" python3 bench/gpu_routing.py --phase "$1" --llama-server /tmp/jg/bin/llama-server \
+    --models-dir /tmp/jg/models --out /tmp/jg/res --curves-dir /tmp/jg/curves | tail -5
+}
+if [ ! -f /tmp/jg/res/gpu-curves.json ]; then
+  run calibrate
+  mkdir -p "$OUT_DIR/curves" && cp /tmp/jg/curves/*.json "$OUT_DIR/curves/"
+  cp /tmp/jg/res/gpu-curves.* "$OUT_DIR/"
+fi
+if [ ! -f /tmp/jg/res/gpu-routing.json ]; then
+  if [ "$(left)" -lt 360 ]; then echo "replay needs ~6 min: call again"; exit 0; fi
+  run replay
+  cp /tmp/jg/res/gpu-routing.* "$OUT_DIR/"
+fi
+echo "done in $(( $(date +%s) - start )) s; results in $OUT_DIR"
