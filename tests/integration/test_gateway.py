@@ -243,6 +243,26 @@ def test_error_event_when_worker_dies_mid_stream(
         stop([proc])
 
 
+def assert_worker_stops(worker: str, gw: RunningGateway, within_s: float = 5.0) -> None:
+    """The worker is idle again within `within_s`, and no replica is left busy."""
+    deadline = time.monotonic() + within_s
+    busy = True
+    while busy and time.monotonic() < deadline:
+        busy = _busy(worker)
+        time.sleep(0.1)
+    assert not busy
+    pool = gw.app.state.gateway.pool
+    assert all(s.outstanding == 0 for s in pool.all_states())
+
+
+def wait_idle(worker: str, within_s: float = 30.0) -> None:
+    """An earlier test's long request may still be running on the shared worker."""
+    deadline = time.monotonic() + within_s
+    while _busy(worker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _busy(worker)
+
+
 def _busy(worker: str) -> bool:
     m = httpx.get(worker + "/metrics").text
     return any(ln.startswith("llamacpp:requests_processing") and not ln.endswith(" 0")
@@ -250,10 +270,7 @@ def _busy(worker: str) -> bool:
 
 
 def test_client_disconnect_cancels_upstream(workers: Workers) -> None:
-    deadline = time.monotonic() + 30
-    while _busy(workers.large) and time.monotonic() < deadline:
-        time.sleep(0.2)  # an earlier test's long request may still be running
-    assert not _busy(workers.large)
+    wait_idle(workers.large)
     with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
         body = {"model": "large", "messages": MSG, "max_tokens": 3000, "stream": True}
         with httpx.stream("POST", gw.v1 + "/chat/completions", json=body, timeout=60) as r:
@@ -261,14 +278,7 @@ def test_client_disconnect_cancels_upstream(workers: Workers) -> None:
                 if i > 6:
                     break
         # 3000 tokens take the CPU worker many seconds; a cancelled one stops at once.
-        deadline = time.monotonic() + 5
-        busy = True
-        while busy and time.monotonic() < deadline:
-            busy = _busy(workers.large)
-            time.sleep(0.1)
-        assert not busy
-        pool = gw.app.state.gateway.pool
-        assert all(s.outstanding == 0 for s in pool.all_states())
+        assert_worker_stops(workers.large, gw)
 
 
 def test_final_energy_can_be_fetched_after_the_response(gateway: RunningGateway) -> None:
@@ -338,20 +348,11 @@ def test_non_streamed_requests_are_loop_guarded_too(gateway: RunningGateway) -> 
 
 
 def test_non_streamed_client_that_leaves_stops_the_worker(workers: Workers) -> None:
-    deadline = time.monotonic() + 30
-    while _busy(workers.large) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_idle(workers.large)
     with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
         body = {"model": "large", "messages": MSG, "max_tokens": 3000, "ignore_eos": True}
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(gw.v1 + "/chat/completions", json=body, timeout=1.0)
         # llama-server alone would generate all 3,000 tokens (many seconds) for a
         # non-streamed request whose client has gone; the gateway stops it.
-        deadline = time.monotonic() + 5
-        busy = True
-        while busy and time.monotonic() < deadline:
-            busy = _busy(workers.large)
-            time.sleep(0.1)
-        assert not busy
-        pool = gw.app.state.gateway.pool
-        assert all(s.outstanding == 0 for s in pool.all_states())
+        assert_worker_stops(workers.large, gw)
