@@ -14,7 +14,10 @@ RUN python -m venv /opt/joulegate \
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="joulegate" \
       org.opencontainers.image.description="Energy-aware OpenAI-compatible LLM gateway"
-RUN useradd --system --uid 10001 --home-dir /srv/joulegate --create-home joulegate
+# state/ is where learned routing lengths persist; a new named volume mounted
+# there inherits this ownership, so the non-root process can write it.
+RUN useradd --system --uid 10001 --home-dir /srv/joulegate --create-home joulegate \
+ && mkdir -p /srv/joulegate/state && chown 10001:10001 /srv/joulegate/state
 COPY --from=build /opt/joulegate /opt/joulegate
 WORKDIR /srv/joulegate
 COPY --chown=joulegate:joulegate models.yaml ./
