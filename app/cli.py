@@ -91,9 +91,11 @@ def _calibrate(args: argparse.Namespace) -> int:
                   args.repeat)
     curves = calibrate(catalog, sweep, Path(args.out), args.backend or None)
     for name, c in curves.items():
-        h = c.fit["holdout"]
-        print(f"{name}: {c.fit['points']} points, held-out MAPE {h.get('mape', 0):.1%}, "
-              f"MAPE (>= 0.5 s) {h.get('mape_long')}, R2 {h.get('r2')} -> {args.out}/{name}.json")
+        loo = c.fit.get("leave_one_out") or c.fit["holdout"]
+        long = loo.get("mape_long")
+        print(f"{name}: {c.fit['points']} points; leave-one-out MAPE {loo['mape']:.1%}"
+              + (f", {long:.1%} for requests >= 0.5 s" if long is not None else "")
+              + f"; R2 {loo.get('r2')} -> {args.out}/{name}.json")
     return 0
 
 
