@@ -50,3 +50,13 @@ def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
     bad.write_text("tiers: [small\n")
     with pytest.raises(CatalogError, match="not valid YAML"):
         load_catalog(bad)
+
+
+def test_serve_refuses_a_bad_file_naming_the_field(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+
+    bad = write(tmp_path, lambda d: d["backends"][0].update(kind="ollama"))
+    assert main(["serve", "--models", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad configuration" in err and "backends.0.kind" in err
