@@ -129,6 +129,11 @@ class Catalog(_Strict):
     def device(self, name: str) -> Device:
         return next(d for d in self.devices if d.name == name)
 
+    @property
+    def baseline(self) -> str:
+        """The name of the baseline energy savings are counted against."""
+        return "always-" + self.tiers[-1]
+
     def path(self, relative: str) -> Path:
         p = Path(relative)
         return p if p.is_absolute() else Path(self.base_dir) / p

@@ -53,10 +53,14 @@ def _translate(exc: ValidationError) -> ApiError:
     return bad_request(f"Invalid value for '{param}': {err['msg']}", param, "invalid_value")
 
 
+def body_too_large(limit_bytes: int) -> ApiError:
+    return ApiError(413, f"Request body is larger than {limit_bytes} bytes",
+                    "invalid_request_error", None, "body_too_large")
+
+
 def parse_json(raw: bytes, limit_bytes: int) -> dict[str, Any]:
     if len(raw) > limit_bytes:
-        raise ApiError(413, f"Request body is larger than {limit_bytes} bytes",
-                       "invalid_request_error", None, "body_too_large")
+        raise body_too_large(limit_bytes)
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

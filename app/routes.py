@@ -14,7 +14,14 @@ from app.catalog import Backend, Catalog
 from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model
 from app.pool import ReplicaPool
 from app.proxy import Forward, Proxy
-from app.requests import ChatRequest, message_text, parse_json, validate_chat, validate_completion
+from app.requests import (
+    ChatRequest,
+    body_too_large,
+    message_text,
+    parse_json,
+    validate_chat,
+    validate_completion,
+)
 from router.decision import POLICIES, Decision, Policy, Query
 from router.rewrite import rewrite_chat
 from telemetry.metrics import CONTENT_TYPE, Metrics
@@ -102,8 +109,7 @@ def decide(gw: Gateway, model: str, q: Query) -> Decision:
         d = gw.router.decide(replace(q, concurrency=gw.pool.outstanding()))
         gw.metrics.decision(d.tier, d.strategy, d.category, time.perf_counter() - start)
         if d.baseline_joules is not None and d.expected_joules is not None:
-            gw.metrics.saved("always-" + gw.catalog.tiers[-1],
-                             d.baseline_joules - d.expected_joules)
+            gw.metrics.saved(gw.catalog.baseline, d.baseline_joules - d.expected_joules)
         return d
     forced = _forced(gw, model, q)
     if forced is None:
@@ -114,7 +120,7 @@ def decide(gw: Gateway, model: str, q: Query) -> Decision:
 async def _body(request: Request, limit: int) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        parse_json(b" " * (limit + 1), limit)  # raises the 413
+        raise body_too_large(limit)  # refused before reading the body
     return parse_json(await request.body(), limit)
 
 
