@@ -48,9 +48,8 @@ def _agent(args: argparse.Namespace) -> int:
 
     from app.factory import device_spec
     from telemetry.agent import start_agent
-    from telemetry.devices import metered_device
+    from telemetry.devices import metered_device, start_samplers
     from telemetry.metrics import Metrics
-    from telemetry.sampler import Sampler
 
     settings = Settings()
     catalog = _catalog(args, settings)
@@ -59,9 +58,7 @@ def _agent(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper())
     wanted = [d for d in catalog.devices if not args.host_name or d.host == args.host_name]
     devices = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in wanted}
-    samplers = [Sampler(d.reader, d.ledger, settings.sample_hz) for d in devices.values()]
-    for s in samplers:
-        s.start()
+    samplers = start_samplers(devices.values(), settings.sample_hz)
     server, _ = start_agent(args.host, args.port, devices, Metrics(CollectorRegistry()))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

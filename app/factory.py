@@ -21,7 +21,7 @@ from app.routing import LengthBook, build_router
 from app.settings import Settings
 from app.upstream import Upstream, make_client
 from router.placeholder import PlaceholderRouter
-from telemetry.devices import DeviceSpec, MeteredDevice, metered_device
+from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
 from telemetry.metrics import Metrics
 from telemetry.sampler import Sampler
 
@@ -77,9 +77,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                 lambda s: metered_device(s, weights[s.name]))
             devices = [factory(device_spec(d)) for d in catalog.devices]
             seams.devices[:] = devices
-            samplers = [Sampler(d.reader, d.ledger, settings.sample_hz) for d in devices]
-            for s in samplers:
-                s.start()
+            samplers = start_samplers(devices, settings.sample_hz)
             metrics.watch_devices(lambda: [d.view() for d in devices])
             meter = LocalMeter({d.spec.name: d.ledger for d in devices})
         lengths_file = catalog.routing.lengths_file
@@ -91,7 +89,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         await checker.check_once()
         checker.start()
         for b in catalog.backends:
-            metrics.init_backend(b.tier, b.name, "always-" + catalog.tiers[-1])
+            metrics.init_backend(b.tier, b.name, catalog.baseline)
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(
             catalog, pool, proxy, router, metrics,

@@ -26,6 +26,18 @@ class Meter(Protocol):
     async def result(self, window: str) -> EnergyFigure | None: ...
 
 
+async def _until_final(meter: Meter, window: str, timeout_s: float, every_s: float
+                       ) -> EnergyFigure | None:
+    """Poll a window's figure until it is final (the counter stepped after the
+    request), it is gone, or the timeout: then the provisional figure."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        figure = await meter.result(window)
+        if figure is None or figure.final or asyncio.get_running_loop().time() > deadline:
+            return figure
+        await asyncio.sleep(every_s)
+
+
 def _split(window: str) -> tuple[str, str]:
     device, _, wid = window.partition("/")
     return device, wid
@@ -59,16 +71,7 @@ class LocalMeter:
         return None if ledger is None else ledger.result(wid)
 
     async def settle(self, window: str) -> EnergyFigure | None:
-        device, wid = _split(window)
-        ledger = self._ledgers[device]
-        deadline = asyncio.get_running_loop().time() + self._timeout_s
-        while True:
-            figure = ledger.result(wid)
-            if figure is None or figure.final:
-                return figure
-            if asyncio.get_running_loop().time() > deadline:
-                return figure  # still provisional: the counter has not stepped
-            await asyncio.sleep(0.05)
+        return await _until_final(self, window, self._timeout_s, every_s=0.05)
 
 
 class RemoteMeter:
@@ -115,14 +118,8 @@ class RemoteMeter:
             "/v1/windows/result", {"device": device, "window": wid}))
 
     async def settle(self, window: str) -> EnergyFigure | None:
-        deadline = asyncio.get_running_loop().time() + self._timeout_s
-        figure = None
-        while asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.2)
-            figure = await self.result(window)
-            if figure is None or figure.final:
-                return figure
-        return figure
+        # Fewer polls than in-process: each one is an HTTP round trip.
+        return await _until_final(self, window, self._timeout_s, every_s=0.2)
 
 
 def _figure(data: Any) -> EnergyFigure | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from telemetry.estimate import EstimateReader
@@ -10,6 +11,7 @@ from telemetry.metrics import DeviceView
 from telemetry.nvml import NvmlReader
 from telemetry.rapl import RaplReader
 from telemetry.reader import EnergyReader, ReaderError
+from telemetry.sampler import Sampler
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,14 @@ class MeteredDevice:
 
     def view(self) -> DeviceView:
         return DeviceView(self.spec.name, self.spec.host, self.reader.source, self.ledger.totals)
+
+
+def start_samplers(devices: Iterable[MeteredDevice], hz: float) -> list[Sampler]:
+    """One running sampler thread per device, feeding its ledger."""
+    samplers = [Sampler(d.reader, d.ledger, hz) for d in devices]
+    for s in samplers:
+        s.start()
+    return samplers
 
 
 def metered_device(spec: DeviceSpec, prefill_weight: float) -> MeteredDevice:

@@ -19,9 +19,8 @@ from app.catalog import Catalog, parse_catalog
 from app.embedded import RunningGateway, free_port, run_gateway
 from app.factory import device_spec
 from telemetry.agent import AgentServer, start_agent
-from telemetry.devices import metered_device
+from telemetry.devices import metered_device, start_samplers
 from telemetry.metrics import Metrics
-from telemetry.sampler import Sampler
 from workers.local import ROOT, WorkerSpec, llama_server, start_worker, stop
 
 
@@ -90,9 +89,7 @@ __all__ = ["RunningGateway", "Workers", "catalog_for", "final_energy", "free_por
 def running_agent(catalog: Catalog) -> Iterator[tuple[str, AgentServer]]:
     """A real `joulegate agent` (samplers, ledgers, HTTP) for the catalog's devices."""
     devices = {d.name: metered_device(device_spec(d), 0.1) for d in catalog.devices}
-    samplers = [Sampler(d.reader, d.ledger, 20) for d in devices.values()]
-    for s in samplers:
-        s.start()
+    samplers = start_samplers(devices.values(), 20)
     port = free_port()
     server, _ = start_agent("127.0.0.1", port, devices, Metrics(CollectorRegistry()))
     try:
