@@ -1,8 +1,10 @@
 """Forwarding one decided request to a replica, metering it, and answering.
 
-Streams pass the worker's events through as they arrive; only the usage
-event is rewritten (to add energy), and it is withheld when the client did
-not ask for usage (the gateway always asks the worker for it, to count).
+Workers always stream to the gateway. Streams pass the worker's events
+through as they arrive; only the usage event is rewritten (to add energy),
+and it is withheld when the client did not ask for usage. Clients that did
+not ask to stream get one response assembled from the events (assemble.py),
+so a departed client, a timeout or the loop guard can stop the worker.
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ def usage_tokens(usage: object, prompt_default: int, completion_default: int) ->
 
 
 def mark_whole(timeline: TokenTimeline, body: object, prompt: int, completion: int) -> None:
-    """A non-streamed request's progress: prefill first, then decode to the end.
+    """Progress of a request answered whole (only a spliced thinking phase now;
+    everything else streams from the worker): prefill first, then decode.
 
     llama.cpp reports `timings.predicted_ms`; where it does, decode is placed in
     the last `predicted_ms` of the request, else prefill is placed at the start.
