@@ -111,7 +111,8 @@ def calibrate(catalog: Catalog, sw: Sweep, out_dir: Path, backends: list[str] | 
               quiet_s: float = 4.0, sample_hz: float = 20.0) -> dict[str, Curve]:
     names = backends or [b.name for b in catalog.backends]
     seams = Seams()
-    with run_gateway(catalog, seams, sample_hz=sample_hz, read_timeout_seconds=900) as gw:
+    with run_gateway(catalog, seams, sample_hz=sample_hz,
+                     first_byte_timeout_seconds=900, between_chunks_timeout_seconds=900) as gw:
         points = asyncio.run(_sweep(gw, catalog, sw, names, quiet_s))
         devices = {d.spec.name: d for d in seams.devices}
     curves = {}

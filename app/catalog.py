@@ -42,6 +42,8 @@ class Device(_Strict):
 class Replica(_Strict):
     url: HttpUrl
     device: str
+    # Requests in flight at once on this replica; more wait in the backend's queue.
+    max_concurrency: int = Field(default=32, gt=0)
 
     @property
     def base(self) -> str:
@@ -63,7 +65,9 @@ class Backend(_Strict):
     thinking: Literal["native", "splice"] | None = None
     curves: str | None = None
     context_tokens: int = Field(default=4096, gt=0)
-
+    vision: bool = False  # accepts image_url content parts
+    # Requests waiting for a replica slot; beyond it: 429 with Retry-After.
+    max_queue: int = Field(default=256, ge=0)
 
     @property
     def thinking_mode(self) -> str:

@@ -8,6 +8,7 @@ upstream adapter, the request parser) into `ApiError`; this module turns an
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,6 +26,7 @@ class ApiError(Exception):
         type_: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -32,6 +34,7 @@ class ApiError(Exception):
         self.type = type_
         self.param = param
         self.code = code
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {
@@ -59,11 +62,35 @@ def not_found_model(model: str) -> ApiError:
     )
 
 
-def no_healthy_worker(tier: str) -> ApiError:
+def _retry_after(seconds: float) -> dict[str, str]:
+    return {"retry-after": str(max(1, math.ceil(seconds)))}
+
+
+def no_healthy_worker(tier: str, retry_after_s: float = 1.0) -> ApiError:
     return ApiError(
         503, f"No healthy worker for tier '{tier}'", "service_unavailable", None,
-        "no_healthy_worker",
+        "no_healthy_worker", _retry_after(retry_after_s),
     )
+
+
+def overloaded(backend: str, queued: int) -> ApiError:
+    return ApiError(
+        429, f"'{backend}' is at capacity ({queued} requests queued); retry shortly",
+        "rate_limit_error", None, "overloaded", _retry_after(1.0),
+    )
+
+
+def upstream_rejected(backend: str, status: int, message: str) -> ApiError:
+    """A worker's own error answer: its 4xx are the request's fault (400), 503 is
+    a busy or loading worker (503), other 5xx the worker's (502)."""
+    if 400 <= status < 500:
+        return ApiError(400, f"Worker of '{backend}' rejected the request: {message}",
+                        "invalid_request_error", None, "upstream_rejected")
+    if status == 503:
+        return ApiError(503, f"Worker of '{backend}' is not ready: {message}",
+                        "service_unavailable", None, "upstream_unavailable", _retry_after(1.0))
+    return ApiError(502, f"Worker of '{backend}' failed ({status}): {message}",
+                    "upstream_error", None, "upstream_error")
 
 
 def upstream_timeout(backend: str) -> ApiError:
@@ -84,12 +111,17 @@ def install_handlers(app: FastAPI) -> None:
         hook = getattr(request.app.state, "on_error", None)  # set by the app's lifespan
         if hook is not None:
             hook(exc.status, exc.code)
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
-    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        err = ApiError(exc.status_code, str(exc.detail), "invalid_request_error")
-        return JSONResponse(err.body(), status_code=exc.status_code)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        err = ApiError(exc.status_code, str(exc.detail), "invalid_request_error", None, code)
+        hook = getattr(request.app.state, "on_error", None)
+        if hook is not None:
+            hook(exc.status_code, code)
+        # Starlette's headers (405's Allow) are kept.
+        return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
 
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
         err = ApiError(500, f"Internal error: {type(exc).__name__}", "server_error")

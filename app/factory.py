@@ -13,13 +13,16 @@ from prometheus_client import CollectorRegistry
 
 from app.catalog import Catalog, Device, load_catalog
 from app.errors import install_handlers
+from app.exchange import Parts
 from app.meter import LocalMeter, Meter, RemoteMeter
+from app.openapi import install_openapi
 from app.pool import HealthChecker, ReplicaPool
 from app.proxy import Proxy
+from app.requests import ChatRequest, CompletionRequest
 from app.routes import Gateway, RouterLike, build_routes
 from app.routing import LengthBook, build_router
 from app.settings import Settings
-from app.upstream import Upstream, make_client
+from app.upstream import Timeouts, Upstream, make_client
 from router.placeholder import PlaceholderRouter
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
 from telemetry.metrics import Metrics
@@ -64,9 +67,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         metrics = Metrics(registry)
         client = seams.client or make_client(
             settings.upstream_transport, settings.connect_timeout_seconds,
-            settings.read_timeout_seconds)
-        upstream = Upstream(client)
-        pool = ReplicaPool(catalog)
+            settings.upstream_keepalive_seconds)
+        upstream = Upstream(client, Timeouts(
+            settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
+            settings.between_chunks_timeout_seconds))
+        pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
         samplers: list[Sampler] = []
         meter: Meter
         if settings.agent_url:
@@ -83,7 +88,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         lengths_file = catalog.routing.lengths_file
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
-        proxy = Proxy(pool, upstream, meter, metrics, book.observe)
+        proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe))
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
@@ -107,4 +112,5 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     app = FastAPI(title="joulegate", lifespan=lifespan)
     install_handlers(app)
     app.include_router(build_routes())
+    install_openapi(app, [ChatRequest, CompletionRequest])
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from app.upstream import Upstream, UpstreamError
@@ -18,8 +19,11 @@ from telemetry.timeline import EnergyFigure, Point
 log = logging.getLogger("joulegate.meter")
 
 
+Progress = Callable[[int], list[Point]]
+
+
 class Meter(Protocol):
-    async def open(self, device: str) -> str | None: ...
+    async def open(self, device: str, progress: Progress | None = None) -> str | None: ...
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None: ...
     async def abandon(self, window: str | None) -> None: ...
     async def settle(self, window: str) -> EnergyFigure | None: ...
@@ -44,15 +48,36 @@ def _split(window: str) -> tuple[str, str]:
 
 
 class LocalMeter:
-    """Ledgers in this process, fed by this process's samplers."""
+    """Ledgers in this process, fed by this process's samplers.
 
-    def __init__(self, ledgers: dict[str, Ledger], settle_timeout_s: float = 3.0) -> None:
+    Running requests report their token progress to the ledger as it happens,
+    and a ledger says when a figure becomes final (on its sampler thread), so
+    waiting for a final figure costs no polling.
+    """
+
+    def __init__(self, ledgers: dict[str, Ledger], settle_timeout_s: float = 4.0) -> None:
         self._ledgers = ledgers
         self._timeout_s = settle_timeout_s
+        self._waiters: dict[str, asyncio.Future[EnergyFigure]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        for device, ledger in ledgers.items():
+            ledger.on_final = self._final_callback(device)
 
-    async def open(self, device: str) -> str | None:
+    def _final_callback(self, device: str) -> Callable[[str, EnergyFigure], None]:
+        def on_final(wid: str, figure: EnergyFigure) -> None:  # on a sampler thread
+            window = f"{device}/{wid}"
+            if window in self._waiters and self._loop is not None:
+                self._loop.call_soon_threadsafe(self._resolve, window, figure)
+        return on_final
+
+    def _resolve(self, window: str, figure: EnergyFigure) -> None:
+        waiter = self._waiters.get(window)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(figure)
+
+    async def open(self, device: str, progress: Progress | None = None) -> str | None:
         ledger = self._ledgers.get(device)
-        return None if ledger is None else f"{device}/{ledger.open()}"
+        return None if ledger is None else f"{device}/{ledger.open(progress)}"
 
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
         if window is None:
@@ -71,7 +96,23 @@ class LocalMeter:
         return None if ledger is None else ledger.result(wid)
 
     async def settle(self, window: str) -> EnergyFigure | None:
-        return await _until_final(self, window, self._timeout_s, every_s=0.05)
+        """The final figure once the ledger has it, or the provisional one after
+        the timeout (the counter stopped, say)."""
+        self._loop = asyncio.get_running_loop()
+        waiter = self._loop.create_future()
+        self._waiters[window] = waiter
+        try:
+            figure = await self.result(window)
+            if figure is None or figure.final:
+                return figure
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    final: EnergyFigure = await waiter
+                    return final
+            except TimeoutError:
+                return await self.result(window)
+        finally:
+            self._waiters.pop(window, None)
 
 
 class RemoteMeter:
@@ -97,7 +138,8 @@ class RemoteMeter:
             return None
         return json.loads(raw)
 
-    async def open(self, device: str) -> str | None:
+    async def open(self, device: str, progress: Progress | None = None) -> str | None:
+        # Progress stays here: the agent learns a request's tokens when it closes.
         data = await self._call("/v1/windows/open", {"device": device})
         return None if not data else f"{device}/{data['window']}"
 

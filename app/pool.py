@@ -1,8 +1,11 @@
-"""Replica state: health and outstanding requests, and the choice of replica.
+"""Replicas: their health (a circuit breaker each), their load, and admission.
 
-Least outstanding requests first among healthy replicas; replicas marked down
-are tried last (a health check may lag), so a request is never refused while
-any replica might still answer.
+A request takes a slot on one replica of a backend: the least loaded replica
+whose breaker lets requests through and which has fewer than its
+`max_concurrency` requests in flight. When every such replica is full the
+request waits in the backend's bounded FIFO queue; a full queue, or a wait
+longer than the queue timeout, is refused at once (`Overloaded`: 429 with
+Retry-After). No replica that may take requests at all is `NoReplica` (503).
 """
 
 from __future__ import annotations
@@ -10,38 +13,164 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from app.breaker import Breaker
 from app.catalog import Backend, Catalog, Replica
 from app.upstream import Upstream
 
 log = logging.getLogger("joulegate.pool")
 
 
+class NoReplica(Exception):
+    """No replica of the backend may take requests now (down, ejected)."""
+
+    def __init__(self, backend: str, retry_after_s: float) -> None:
+        super().__init__(backend)
+        self.backend = backend
+        self.retry_after_s = retry_after_s
+
+
+class Overloaded(Exception):
+    """Every replica is full and the backend's queue is full (or the wait too long)."""
+
+    def __init__(self, backend: str) -> None:
+        super().__init__(backend)
+        self.backend = backend
+
+
 @dataclass
 class ReplicaState:
     backend: Backend
     replica: Replica
-    up: bool = True
+    breaker: Breaker = field(default_factory=Breaker)
     outstanding: int = 0
-    failures: int = 0
-    _order: int = field(default=0)
+    order: int = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.replica.max_concurrency
 
 
 class ReplicaPool:
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, queue_timeout_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._states: dict[str, list[ReplicaState]] = {
-            b.name: [ReplicaState(b, r, _order=i) for i, r in enumerate(b.replicas)]
+            b.name: [ReplicaState(b, r, order=i) for i, r in enumerate(b.replicas)]
             for b in catalog.backends
         }
+        self._queues: dict[str, deque[asyncio.Future[ReplicaState]]] = {
+            b.name: deque() for b in catalog.backends}
         self._catalog = catalog
+        self._queue_timeout_s = queue_timeout_s
+        self._clock = clock
 
-    def candidates(self, backend: str) -> list[ReplicaState]:
-        return sorted(self._states[backend], key=lambda s: (not s.up, s.outstanding, s._order))
+    # -- admission --------------------------------------------------------
+    def _pick(self, backend: str, exclude: Collection[int]) -> ReplicaState | None:
+        now = self._clock()
+        free = [s for s in self._states[backend] if s.order not in exclude
+                and s.outstanding < s.capacity and s.breaker.available(now)]
+        return min(free, key=lambda s: (s.outstanding, s.order), default=None)
+
+    def _take(self, s: ReplicaState) -> ReplicaState:
+        s.outstanding += 1
+        s.breaker.take()
+        return s
+
+    async def acquire(self, backend: str, exclude: Collection[int] = ()) -> ReplicaState:
+        """A slot on a replica (not one of `exclude`, by order); may wait in the queue."""
+        picked = self._pick(backend, exclude)
+        if picked is not None:
+            return self._take(picked)
+        if not self.backend_available(backend, exclude):
+            raise NoReplica(backend, self.retry_after_s(backend))
+        queue = self._queues[backend]
+        if len(queue) >= self._states[backend][0].backend.max_queue:
+            raise Overloaded(backend)
+        waiter: asyncio.Future[ReplicaState] = asyncio.get_running_loop().create_future()
+        queue.append(waiter)
+        try:
+            async with asyncio.timeout(self._queue_timeout_s):
+                return await waiter
+        except TimeoutError:
+            raise Overloaded(backend) from None
+        except asyncio.CancelledError:
+            # Given a slot in the same instant it was cancelled: hand it back.
+            if waiter.done() and not waiter.cancelled():
+                self.release(waiter.result())
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                queue.remove(waiter)
+
+    def release(self, s: ReplicaState) -> None:
+        """Give a slot back (report the outcome first: this ends a half-open trial
+        whose outcome was not reported, e.g. a departed client's)."""
+        s.outstanding -= 1
+        s.breaker.trial = False
+        self._wake(s.backend.name)
+
+    def _wake(self, backend: str) -> None:
+        queue = self._queues[backend]
+        while queue:
+            if queue[0].done():  # timed out or cancelled
+                queue.popleft()
+                continue
+            picked = self._pick(backend, ())
+            if picked is None:
+                return
+            queue.popleft().set_result(self._take(picked))
+
+    def report(self, s: ReplicaState, ok: bool) -> None:
+        """A request's outcome for the replica's breaker."""
+        was = s.breaker.state
+        if ok:
+            s.breaker.success()
+        else:
+            s.breaker.failure(self._clock())
+        self._log_change(s, was)
+        if s.breaker.state != "open":
+            self._wake(s.backend.name)
+
+    def probed(self, s: ReplicaState, ok: bool) -> None:
+        was = s.breaker.state
+        s.breaker.probe(ok, self._clock())
+        self._log_change(s, was)
+        if ok:
+            self._wake(s.backend.name)
+
+    def _log_change(self, s: ReplicaState, was: str) -> None:
+        if s.breaker.state != was:
+            log.warning("replica %s of %s: %s -> %s", s.replica.base, s.backend.name, was,
+                        s.breaker.state)
+
+    # -- views ------------------------------------------------------------
+    def backend_available(self, backend: str, exclude: Collection[int] = ()) -> bool:
+        """Some replica's breaker lets requests through (full or not)."""
+        now = self._clock()
+        return any(s.breaker.available(now) or s.breaker.trial
+                   for s in self._states[backend] if s.order not in exclude)
 
     def backend_up(self, backend: str) -> bool:
-        return any(s.up for s in self._states[backend])
+        return self.backend_available(backend)
+
+    def backend_saturated(self, backend: str) -> bool:
+        """Every replica full and the queue full: a new request would be refused."""
+        states = self._states[backend]
+        full = all(s.outstanding >= s.capacity for s in states)
+        return full and len(self._queues[backend]) >= states[0].backend.max_queue
+
+    def accepting(self) -> frozenset[str]:
+        """Backends a new request can be sent to now (up and not saturated)."""
+        return frozenset(name for name in self._states
+                         if self.backend_up(name) and not self.backend_saturated(name))
+
+    def retry_after_s(self, backend: str) -> float:
+        now = self._clock()
+        return min(s.breaker.retry_after_s(now) for s in self._states[backend])
 
     def tier_up(self, tier: str) -> bool:
         return any(self.backend_up(b.name) for b in self._catalog.backends_of(tier))
@@ -54,18 +183,15 @@ class ReplicaPool:
     def outstanding(self) -> dict[str, int]:
         return {name: sum(s.outstanding for s in states) for name, states in self._states.items()}
 
+    def queued(self, backend: str) -> int:
+        return len(self._queues[backend])
+
     def all_states(self) -> list[ReplicaState]:
         return [s for states in self._states.values() for s in states]
 
-    def mark(self, state: ReplicaState, up: bool) -> None:
-        if state.up and not up:
-            log.warning("replica %s of %s is down", state.replica.base, state.backend.name)
-        state.up = up
-        state.failures = 0 if up else state.failures + 1
-
 
 class HealthChecker:
-    """Probes every replica's /health periodically and updates the pool."""
+    """Probes every replica's /health periodically and feeds the breakers."""
 
     def __init__(
         self,
@@ -87,7 +213,7 @@ class HealthChecker:
             *(self._upstream.probe(s.replica.base + "/health", timeout_s) for s in states)
         )
         for s, ok in zip(states, results, strict=True):
-            self._pool.mark(s, ok)
+            self._pool.probed(s, ok)
         for name in {s.backend.name for s in states}:
             self._on_change(name, self._pool.backend_up(name))
 

@@ -1,7 +1,10 @@
 """Parsing and validating OpenAI request bodies.
 
 Only the fields the gateway reads are checked; unknown fields are kept and
-forwarded untouched, so clients can use engine-specific options.
+forwarded untouched, so clients can use engine-specific options. Hostile
+bodies are refused with a 400 before anything else reads them: JSON nested
+deeper than MAX_JSON_DEPTH, content parts of a kind no worker takes,
+token limits beyond any context.
 """
 
 from __future__ import annotations
@@ -13,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.errors import ApiError, bad_request
 
+MAX_JSON_DEPTH = 32  # OpenAI bodies nest ~6 deep (tools' JSON schemas more)
+MAX_TOKENS_LIMIT = 2**31 - 1  # what workers' 32-bit token counts hold
+TEXT_PART = "text"
+KNOWN_PARTS = ("text", "image_url", "input_audio", "file", "refusal")
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
@@ -22,15 +30,21 @@ class StreamOptions(BaseModel):
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "user", "assistant", "tool", "developer", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str = Field(min_length=1, max_length=64)
+    text: str | None = None
 
 
 class _Common(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=256)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     n: int | None = Field(default=None, ge=1, le=1)
@@ -40,11 +54,19 @@ class _Common(BaseModel):
 
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
 
 
 class CompletionRequest(_Common):
     prompt: str | list[str] | list[int]
+
+
+Message.model_rebuild()
+ChatRequest.model_rebuild()
 
 
 def _translate(exc: ValidationError) -> ApiError:
@@ -58,6 +80,24 @@ def body_too_large(limit_bytes: int) -> ApiError:
                     "invalid_request_error", None, "body_too_large")
 
 
+def unsupported_media_type(content_type: str | None) -> ApiError:
+    return ApiError(415, f"Content-Type must be application/json, not '{content_type or ''}'",
+                    "invalid_request_error", None, "unsupported_media_type")
+
+
+def is_json_type(content_type: str | None) -> bool:
+    """application/json (any parameters). Anything else is refused: a web page can
+    send text/plain or a form to a local gateway without a CORS preflight."""
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
+def too_deep() -> ApiError:
+    return bad_request(f"Request body nests deeper than {MAX_JSON_DEPTH} levels", None,
+                       "json_too_deep")
+
+
 def parse_json(raw: bytes, limit_bytes: int) -> dict[str, Any]:
     if len(raw) > limit_bytes:
         raise body_too_large(limit_bytes)
@@ -65,9 +105,46 @@ def parse_json(raw: bytes, limit_bytes: int) -> dict[str, Any]:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"Request body is not valid JSON: {exc}", None, "invalid_json") from None
+    except RecursionError:
+        raise too_deep() from None
     if not isinstance(data, dict):
         raise bad_request("Request body must be a JSON object", None, "invalid_json")
+    if _deeper_than(data, MAX_JSON_DEPTH):
+        raise too_deep()
     return data
+
+
+def _deeper_than(obj: dict[str, Any], limit: int) -> bool:
+    """Whether containers nest deeper than `limit` (iterative: no recursion)."""
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def part_kinds(messages: list[Message]) -> set[str]:
+    """The kinds of non-text content parts in a conversation; 400 for parts of a
+    kind no OpenAI API has, or text parts without text."""
+    kinds: set[str] = set()
+    for i, m in enumerate(messages):
+        if not isinstance(m.content, list):
+            continue
+        for j, part in enumerate(m.content):
+            where = f"messages.{i}.content.{j}"
+            if part.type == TEXT_PART:
+                if part.text is None:
+                    raise bad_request(f"Invalid value for '{where}.text': a text part needs "
+                                      "text", f"{where}.text", "invalid_value")
+            elif part.type in KNOWN_PARTS:
+                kinds.add(part.type)
+            else:
+                raise bad_request(f"Invalid value for '{where}.type': unknown content part "
+                                  f"type '{part.type}'", f"{where}.type", "invalid_value")
+    return kinds
 
 
 def validate_chat(body: dict[str, Any]) -> ChatRequest:
@@ -84,10 +161,10 @@ def validate_completion(body: dict[str, Any]) -> CompletionRequest:
         raise _translate(exc) from None
 
 
-def message_text(content: str | list[dict[str, Any]] | None) -> str:
+def message_text(content: str | list[ContentPart] | None) -> str:
     """The text of a message; multimodal parts contribute their text parts."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return " ".join(p.text for p in content if p.text is not None)

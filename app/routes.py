@@ -12,17 +12,24 @@ from fastapi.responses import JSONResponse, Response
 
 from app.catalog import Backend, Catalog
 from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model
+from app.exchange import Forward
+from app.openapi import ERROR_RESPONSES, request_body
 from app.pool import ReplicaPool
-from app.proxy import Forward, Proxy
+from app.proxy import Proxy
 from app.requests import (
     ChatRequest,
+    CompletionRequest,
     body_too_large,
+    is_json_type,
     message_text,
     parse_json,
+    part_kinds,
+    unsupported_media_type,
     validate_chat,
     validate_completion,
 )
-from router.decision import POLICIES, Decision, Policy, Query
+from app.splice import forward_spliced
+from router.decision import POLICIES, Decision, Policy, Query, Unroutable
 from router.rewrite import rewrite_chat
 from telemetry.metrics import CONTENT_TYPE, Metrics
 
@@ -42,6 +49,25 @@ class Gateway:
     metrics: Metrics
     max_body_bytes: int
     default_policy: Policy
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a request needs of a backend."""
+
+    vision: bool = False
+    tokens: int | None = None  # max_tokens asked for
+
+    def unmet_by(self, b: Backend) -> str | None:
+        if self.vision and not b.vision:
+            return f"model '{b.name}' does not accept image input"
+        if self.tokens is not None and self.tokens > b.context_tokens:
+            return (f"max_tokens ({self.tokens}) exceeds the context of model '{b.name}' "
+                    f"({b.context_tokens} tokens)")
+        return None
+
+
+BodyFor = Callable[[Decision, Backend], dict[str, Any]]
 
 
 def _gw(request: Request) -> Gateway:
@@ -79,22 +105,34 @@ def _policy(request: Request, default: Policy) -> tuple[Policy, float | None]:
             max_j = float(cap)
         except ValueError:
             max_j = -1.0
-        if not max_j > 0:
+        if not 0 < max_j < float("inf"):
             raise bad_request("x-joulegate-max-joules must be a positive number",
                               "x-joulegate-max-joules")
     return policy, max_j
 
 
-def _forced(gw: Gateway, model: str, q: Query) -> Decision | None:
-    """A decision for a model named explicitly (tier, backend or upstream name)."""
+def _forced(gw: Gateway, model: str, q: Query, needs: Needs) -> Decision | None:
+    """A decision for a model named explicitly (tier, backend or upstream name).
+    A tier takes the first of its backends that can take the request now."""
     backend: Backend | None
     if model in gw.catalog.tiers:
-        backend = gw.pool.healthy_backend(model)
+        fits = [b for b in gw.catalog.backends_of(model) if needs.unmet_by(b) is None]
+        if not fits:
+            raise bad_request(str(needs.unmet_by(gw.catalog.backends_of(model)[0])),
+                              "max_tokens" if needs.tokens else "messages")
+        accepting = gw.pool.accepting()
+        backend = next((b for b in fits
+                        if b.name in accepting and b.name not in q.unavailable), None)
         if backend is None:
-            raise no_healthy_worker(model)
+            busy = next((b for b in fits if b.name not in q.unavailable), None)
+            if busy is None:
+                raise no_healthy_worker(model, gw.pool.retry_after_s(fits[0].name))
+            backend = busy  # saturated or down: let admission say which (429 / 503)
     else:
         backend = gw.catalog.backend(model) or next(
             (b for b in gw.catalog.backends if b.model == model), None)
+        if backend is not None and (unmet := needs.unmet_by(backend)) is not None:
+            raise bad_request(unmet, "max_tokens" if needs.tokens else "messages")
     if backend is None:
         return None
     return Decision(
@@ -103,21 +141,68 @@ def _forced(gw: Gateway, model: str, q: Query) -> Decision | None:
         policy=q.policy, reason=f"model '{model}' asked for by name", routed=False)
 
 
-def decide(gw: Gateway, model: str, q: Query) -> Decision:
+def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs()) -> Decision:
+    """The decision for a request; `q.unavailable` backends are avoided."""
     if model in ("auto", gw.catalog.defaults.model):
+        unfit = {b.name for b in gw.catalog.backends if needs.unmet_by(b) is not None}
+        if len(unfit) == len(gw.catalog.backends):
+            raise bad_request(str(needs.unmet_by(gw.catalog.backends[-1])),
+                              "max_tokens" if needs.tokens else "messages")
+        down = {b.name for b in gw.catalog.backends} - gw.pool.accepting()
         start = time.perf_counter()
-        d = gw.router.decide(replace(q, concurrency=gw.pool.outstanding()))
+        try:
+            d = gw.router.decide(replace(q, concurrency=gw.pool.outstanding(),
+                                         unavailable=q.unavailable | down | unfit))
+        except Unroutable:
+            tier = gw.catalog.tiers[-1]
+            raise no_healthy_worker("any", min(
+                gw.pool.retry_after_s(b.name) for b in gw.catalog.backends_of(tier))) from None
         gw.metrics.decision(d.tier, d.strategy, d.category, time.perf_counter() - start)
         if d.baseline_joules is not None and d.expected_joules is not None:
             gw.metrics.saved(gw.catalog.baseline, d.baseline_joules - d.expected_joules)
         return d
-    forced = _forced(gw, model, q)
+    forced = _forced(gw, model, q, needs)
     if forced is None:
         raise not_found_model(model)
     return forced
 
 
+def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path: str,
+         body_for: BodyFor, stream: bool, wants_usage: bool, received: float) -> Forward:
+    """The forward for a request; for `auto` and tiers, with a fallback that
+    plans again without the backends that could not take it."""
+    d = decide(gw, model, q, needs)
+    backend = gw.catalog.backend(d.backend)
+    assert backend is not None
+    body = body_for(d, backend)
+    # The worker always streams, with usage: the gateway counts tokens as they
+    # come, can stop a generation (loop guard, timeout, client gone), and
+    # assembles one response for clients that did not ask to stream.
+    body["stream"] = True
+    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    reroutable = d.routed or model in gw.catalog.tiers
+
+    def fallback(excluded: frozenset[str]) -> Forward | None:
+        try:
+            return plan(gw, request, model, replace(q, unavailable=q.unavailable | excluded),
+                        needs, path, body_for, stream, wants_usage, received)
+        except ApiError:
+            return None
+
+    return Forward(path, body, d, "auto" if d.routed else "forced", stream, wants_usage,
+                   q.prompt_tokens, received, model_name=backend.model,
+                   disconnected=_disconnected(request),
+                   fallback=fallback if reroutable else None)
+
+
+def _disconnected(request: Request) -> Callable[[], Awaitable[bool]]:
+    return request.is_disconnected
+
+
 async def _body(request: Request, limit: int) -> dict[str, Any]:
+    content_type = request.headers.get("content-type")
+    if not is_json_type(content_type):
+        raise unsupported_media_type(content_type)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise body_too_large(limit)  # refused before reading the body
@@ -125,37 +210,49 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
 
 
 async def _chat_query(request: Request, gw: Gateway
-                      ) -> tuple[dict[str, Any], ChatRequest, Query]:
-    """The body, its validated view and the router's query, for chat and /v1/route."""
+                      ) -> tuple[dict[str, Any], ChatRequest, Query, Needs]:
+    """The body, its validated view, the router's query and what it needs."""
     body = await _body(request, gw.max_body_bytes)
     req = validate_chat(body)
+    kinds = part_kinds(req.messages)
+    if kinds - {"image_url"}:
+        kind = sorted(kinds - {"image_url"})[0]
+        raise bad_request(f"Content parts of type '{kind}' are not supported by any worker",
+                          "messages", "unsupported_content")
     policy, max_j = _policy(request, gw.default_policy)
     text = conversation_text(req.messages)
-    limit = req.max_completion_tokens or req.max_tokens
-    return body, req, Query(text, estimate_tokens(text), limit, policy, max_j)
+    limit = req.token_limit
+    needs = Needs(vision="image_url" in kinds, tokens=limit)
+    return body, req, Query(text, estimate_tokens(text), limit, policy, max_j), needs
 
 
 def build_routes() -> APIRouter:
     api = APIRouter()
 
-    @api.post("/v1/chat/completions")
+    @api.post("/v1/chat/completions", openapi_extra=request_body(ChatRequest),
+              responses=ERROR_RESPONSES)
     async def chat(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
-        body, req, q = await _chat_query(request, gw)
-        d = decide(gw, req.model, q)
+        body, req, q, needs = await _chat_query(request, gw)
+
+        def body_for(d: Decision, b: Backend) -> dict[str, Any]:
+            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode)
+
+        wants_usage = bool(req.stream_options and req.stream_options.include_usage)
+        fw = plan(gw, request, req.model, q, needs, "/v1/chat/completions", body_for,
+                  req.stream, wants_usage, received)
+        d = fw.decision
         backend = gw.catalog.backend(d.backend)
         assert backend is not None
-        out = rewrite_chat(body, d, backend.model, backend.reasoning, backend.thinking_mode)
-        fw = _forward("/v1/chat/completions", out, d, req.stream, req.stream_options, q,
-                      received, request.is_disconnected)
         if backend.reasoning and d.thinking_budget is not None:
             gw.metrics.thinking(d.tier, d.backend)
             if backend.thinking_mode == "splice":
-                return await gw.proxy.forward_spliced(fw, d.thinking_budget)
+                return await forward_spliced(gw.proxy, fw, d.thinking_budget)
         return await gw.proxy.forward(fw)
 
-    @api.post("/v1/completions")
+    @api.post("/v1/completions", openapi_extra=request_body(CompletionRequest),
+              responses=ERROR_RESPONSES)
     async def completions(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
@@ -165,21 +262,23 @@ def build_routes() -> APIRouter:
         text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
         tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
         q = Query(text, tokens or estimate_tokens(text), req.max_tokens, policy, max_j)
-        d = decide(gw, req.model, q)
-        backend = gw.catalog.backend(d.backend)
-        assert backend is not None
-        out = dict(body, model=backend.model)
-        if d.routed and "max_tokens" not in body:
-            out["max_tokens"] = d.max_tokens
-        return await gw.proxy.forward(_forward(
-            "/v1/completions", out, d, req.stream, req.stream_options, q, received,
-            request.is_disconnected))
 
-    @api.post("/v1/route")
+        def body_for(d: Decision, b: Backend) -> dict[str, Any]:
+            out = dict(body, model=b.model)
+            if d.routed and "max_tokens" not in body:
+                out["max_tokens"] = d.max_tokens
+            return out
+
+        wants_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return await gw.proxy.forward(plan(
+            gw, request, req.model, q, Needs(tokens=req.max_tokens), "/v1/completions",
+            body_for, req.stream, wants_usage, received))
+
+    @api.post("/v1/route", openapi_extra=request_body(ChatRequest), responses=ERROR_RESPONSES)
     async def route(request: Request) -> Response:
         gw = _gw(request)
-        _, req, q = await _chat_query(request, gw)
-        return JSONResponse(decide(gw, req.model, q).as_json())
+        _, req, q, needs = await _chat_query(request, gw)
+        return JSONResponse(decide(gw, req.model, q, needs).as_json())
 
     @api.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -200,7 +299,7 @@ def build_routes() -> APIRouter:
                                        "up": gw.pool.backend_up(b.name)}})
         return JSONResponse({"object": "list", "data": data})
 
-    @api.get("/v1/energy/{device}/{wid}")
+    @api.get("/v1/energy/{device}/{wid}", responses=ERROR_RESPONSES)
     async def energy(request: Request, device: str, wid: str) -> Response:
         figure = await _gw(request).proxy.energy(f"{device}/{wid}")
         if figure is None:
@@ -214,26 +313,16 @@ def build_routes() -> APIRouter:
 
     @api.get("/readyz")
     async def readyz(request: Request) -> Response:
+        """Ready while some tier can serve; `degraded` names the tiers that cannot."""
         gw = _gw(request)
         tiers = {t: gw.pool.tier_up(t) for t in gw.catalog.tiers}
-        ok = all(tiers.values())
-        return JSONResponse({"ready": ok, "tiers": tiers}, status_code=200 if ok else 503)
+        degraded = [t for t, up in tiers.items() if not up]
+        ok = len(degraded) < len(tiers)
+        return JSONResponse({"ready": ok, "tiers": tiers, "degraded": degraded},
+                            status_code=200 if ok else 503)
 
     @api.get("/metrics")
     async def metrics(request: Request) -> Response:
         return Response(_gw(request).metrics.render(), media_type=CONTENT_TYPE)
 
     return api
-
-
-def _forward(path: str, body: dict[str, Any], d: Decision, stream: bool,
-             stream_options: Any, q: Query, received: float,
-             disconnected: Callable[[], Awaitable[bool]] | None = None) -> Forward:
-    wants_usage = bool(stream_options and stream_options.include_usage)
-    # The worker always streams, with usage: the gateway counts tokens as they
-    # come, can stop a generation (loop guard, timeout, client gone), and
-    # assembles one response for clients that did not ask to stream.
-    body["stream"] = True
-    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-    return Forward(path, body, d, "auto" if d.routed else "forced", stream, wants_usage,
-                   q.prompt_tokens, received, disconnected=disconnected)

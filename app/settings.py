@@ -20,7 +20,13 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
-    read_timeout_seconds: float = Field(default=120.0, gt=0)
+    # A worker's first byte (its queue wait and prefill), then the longest
+    # silence between two chunks of an answer.
+    first_byte_timeout_seconds: float = Field(default=120.0, gt=0)
+    between_chunks_timeout_seconds: float = Field(default=30.0, gt=0)
+    # How long a request may wait for a replica slot before a 429.
+    queue_timeout_seconds: float = Field(default=30.0, gt=0)
+    upstream_keepalive_seconds: float = Field(default=4.0, gt=0)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     health_interval_seconds: float = Field(default=2.0, gt=0)
     upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"

@@ -171,7 +171,8 @@ def phase_replay(s: Setup, n: int) -> None:
     clf = Classifier.load()
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
     results: dict[str, Any] = {}
-    with run_gateway(catalog, Seams(), read_timeout_seconds=600) as gw:
+    with run_gateway(catalog, Seams(),
+                     first_byte_timeout_seconds=600, between_chunks_timeout_seconds=600) as gw:
         decisions = [httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": [
             {"role": "user", "content": t}]}).json() for t in prompts]
         acts = [f"{d['tier']}:{d['strategy']}" for d in decisions]

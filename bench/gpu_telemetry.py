@@ -200,7 +200,8 @@ def main() -> None:
     })
     seams = Seams()
     try:
-        with run_gateway(catalog, seams, sample_hz=SAMPLE_HZ, read_timeout_seconds=600) as gw:
+        with run_gateway(catalog, seams, sample_hz=SAMPLE_HZ,
+                     first_byte_timeout_seconds=600, between_chunks_timeout_seconds=600) as gw:
             ledger = seams.devices[0].ledger
             result = asyncio.run(measure(gw, ledger, nvml))
     finally:

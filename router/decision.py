@@ -21,6 +21,12 @@ class Query:
     policy: Policy = "balanced"
     max_joules: float | None = None
     concurrency: Mapping[str, int] = field(default_factory=dict)  # backend -> in flight
+    # Backends that cannot take a request now (no healthy replica, or saturated).
+    unavailable: frozenset[str] = frozenset()
+
+
+class Unroutable(Exception):
+    """Every action's backend is unavailable."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,11 @@ class Decision:
     reason: str = ""
     routed: bool = True
     baseline_joules: float | None = None  # expected joules of the largest tier, direct
+    # Set when the best action's backend was unavailable and the next best was
+    # taken: says which action was wanted.
+    degraded: str | None = None
+    # With a joule cap: whether some action was expected to fit it (None: no cap).
+    joule_cap_met: bool | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

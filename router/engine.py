@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from router.classifier import Classifier
-from router.decision import Decision, Query
-from router.policy import Policy
+from router.decision import Decision, Query, Unroutable
+from router.policy import Choice, Policy
 
 
 class Router:
@@ -18,6 +18,9 @@ class Router:
         category = max(probs, key=lambda k: probs[k])
         cands = self.policy.candidates(probs, q.prompt_tokens, q.max_tokens, q.concurrency)
         choice = self.policy.choose(cands, q.policy, q.max_joules)
+        degraded = None
+        if choice.chosen.spec.backend in q.unavailable:
+            choice, degraded = self._next_best(choice, q)
         c = choice.chosen
         max_tokens, budget = self.policy.token_caps(c, q.max_tokens)
         baseline = next((x.expected_joules for x in cands
@@ -32,5 +35,16 @@ class Router:
             policy=q.policy,
             reason=f"{category} ({probs[category]:.0%}); {c.spec.key} at {joules}, "
                    f"quality {c.expected_quality:.3f}; {choice.reason}",
-            baseline_joules=baseline,
+            baseline_joules=baseline, degraded=degraded, joule_cap_met=choice.cap_met,
         )
+
+    def _next_best(self, ideal: Choice, q: Query) -> tuple[Choice, str]:
+        """The best action among available backends, when the best one is not."""
+        left = [c for c in ideal.candidates if c.spec.backend not in q.unavailable]
+        if not left:
+            raise Unroutable(", ".join(sorted(q.unavailable)))
+        wanted = ideal.chosen.spec
+        choice = self.policy.choose(left, q.policy, q.max_joules)
+        note = f"degraded: {wanted.key} wanted but {wanted.backend} is unavailable"
+        return (Choice(choice.chosen, f"{choice.reason}; {note}", ideal.candidates,
+                       choice.cap_met), wanted.key)

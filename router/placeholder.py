@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from router.decision import Decision, Query
+from router.decision import Decision, Query, Unroutable
 
 _HARD = re.compile(r"\b(prove|derive|integral|equation|code|function|algorithm|debug)\b", re.I)
 
@@ -26,6 +26,13 @@ class PlaceholderRouter:
         hard = len(q.text) > self._long or bool(_HARD.search(q.text))
         tier = self._tiers[-1] if hard else self._tiers[0]
         why = "long or code/math keywords" if hard else "short, no code/math keywords"
+        degraded = None
+        if self._backends[tier] in q.unavailable:
+            left = [t for t in self._tiers if self._backends[t] not in q.unavailable]
+            if not left:
+                raise Unroutable(", ".join(sorted(q.unavailable)))
+            degraded, tier = tier, left[-1] if hard else left[0]
+            why += f"; degraded: {degraded} unavailable"
         return Decision(
             tier=tier,
             backend=self._backends[tier],
@@ -35,4 +42,5 @@ class PlaceholderRouter:
             category="unknown",
             policy=q.policy,
             reason=f"placeholder rule: {why} -> {tier}",
+            degraded=degraded,
         )

@@ -51,6 +51,7 @@ class Choice:
     chosen: Candidate
     reason: str
     candidates: tuple[Candidate, ...]
+    cap_met: bool | None = None  # None: no joule cap asked
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,11 @@ class Policy:
                max_joules: float | None) -> Choice:
         pool = cands
         note = ""
+        cap_met = None
         if max_joules is not None:
             within = [c for c in cands if c.expected_joules is None
                       or c.expected_joules <= max_joules]
+            cap_met = bool(within)
             if within:
                 pool = within
                 note = f"; cap {max_joules:g} J"
@@ -119,7 +122,7 @@ class Policy:
             pick = min(ok, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
             why = (f"balanced: fewest expected joules with quality >= {floor:.3f} "
                    f"({self.tolerance:.0%} below the best, {best_q:.3f})")
-        return Choice(pick, why + note, tuple(cands))
+        return Choice(pick, why + note, tuple(cands), cap_met)
 
     def token_caps(self, c: Candidate, max_tokens: int | None) -> tuple[int, int | None]:
         """(max_tokens, thinking_budget) for the chosen action."""

@@ -12,9 +12,17 @@ of 0 J or a whole step. For every span:
             and, when no request overlaps it, to the tail (unattributed) account.
 
 A span is settled once every request overlapping it has closed (their token
-timelines are complete), so the invariant holds exactly:
+timelines are complete), or `settle_lag_s` after it ended, using the progress
+that the still-running requests have reported so far (a window opened with a
+`progress` source, the gateway's live token timeline). A running request
+without one (a remote gateway's, known only when it closes) holds a span
+back for up to `blind_lag_s`, then counts no work in it. Either way the invariant holds exactly:
     attributed + idle + unattributed == measured.
 A request's figure is final once a span ending after its close has settled.
+
+Cost: settling runs on the sampler thread only, and each counter step costs
+O(windows live): requests running plus those closed within the last lag. A
+request's `close` is O(its points) and never attributes anything.
 
 The idle baseline is configured or learned from quiet spans (no request for
 `quiet_s`), and re-learned whenever the device is quiet again.
@@ -23,7 +31,7 @@ The idle baseline is configured or learned from quiet spans (no request for
 from __future__ import annotations
 
 import bisect
-import itertools
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +53,39 @@ class _Window:
     prefill_j: float = 0.0
     decode_j: float = 0.0
     settled_until: float = float("-inf")
+    # While open: the request's token points from an index on (read live).
+    progress: Callable[[int], list[Point]] | None = None
+    synced: int = 0  # progress points copied so far
+    mark_len: int = 0
+
+    def add_points(self, points: list[Point], until: float, w: float) -> None:
+        """Append (offset, prompt, decode) points, as absolute times up to `until`."""
+        for off, prompt, decode in points:
+            t = min(until, self.opened_at + max(0.0, off))
+            pw = w * prompt
+            if self.times and t <= self.times[-1]:
+                t = self.times[-1]
+                self.times[-1], self.work[-1], self.prefill[-1] = t, pw + decode, pw
+            else:
+                self.times.append(t)
+                self.work.append(pw + decode)
+                self.prefill.append(pw)
+
+    def sync(self, now: float, w: float) -> None:
+        """Copy the progress reported since the last sync. Only a timeline's last
+        point is ever revised, so the copy restarts from the previous last point
+        (`mark_len`: the arrays' length before it was added)."""
+        if self.progress is None or self.closed_at is not None:
+            return
+        start = max(0, self.synced - 1)
+        points = self.progress(start)
+        if not points:
+            return
+        del self.times[self.mark_len:], self.work[self.mark_len:], self.prefill[self.mark_len:]
+        self.add_points(points[:-1], now, w)
+        self.mark_len = len(self.times)
+        self.add_points(points[-1:], now, w)
+        self.synced = start + len(points)
 
     def overlaps(self, a: float, b: float) -> bool:
         return self.opened_at < b and (self.closed_at is None or self.closed_at > a)
@@ -96,7 +137,10 @@ class Ledger:
         quiet_s: float = 2.0,
         max_window_s: float = 3600.0,
         keep_results_s: float = 600.0,
+        settle_lag_s: float = 1.0,
+        blind_lag_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        on_final: Callable[[str, EnergyFigure], None] | None = None,
     ) -> None:
         self.source = source
         self._w = prefill_weight
@@ -105,9 +149,12 @@ class Ledger:
         self._quiet_s = quiet_s
         self._max_window_s = max_window_s
         self._keep_s = keep_results_s
+        self._lag_s = settle_lag_s
+        self._blind_lag_s = blind_lag_s
         self.clock = clock
+        self.on_final = on_final  # called on the sampler thread, outside the lock
         self._lock = threading.Lock()
-        self._ids = itertools.count()
+        self._open_count = 0
         # Windows still taking part in attribution, and finished ones kept for
         # lookups; only live ones are scanned per span (this runs 20x a second).
         self._live: dict[str, _Window] = {}
@@ -147,35 +194,38 @@ class Ledger:
             self.measured_j += delta
             self._last_counter, self._last_change_t = counter_j, t
             self._expire(t)
-            self._settle()
+            finals = self._settle(t)
+        if self.on_final is not None:
+            for wid, figure in finals:
+                self.on_final(wid, figure)
 
     # -- request side ---------------------------------------------------
-    def open(self) -> str:
+    def open(self, progress: Callable[[int], list[Point]] | None = None) -> str:
+        """A new window; `progress` (optional) returns the request's token points
+        from an index on, read by the sampler thread while the request runs. Ids are
+        random (128 bits): they cannot be guessed."""
         with self._lock:
-            wid = f"w{next(self._ids)}"
-            self._live[wid] = _Window(wid, self.clock())
+            wid = secrets.token_urlsafe(16)
+            self._live[wid] = _Window(wid, self.clock(), progress=progress)
+            self._open_count += 1
             return wid
 
     def close(self, wid: str, points: list[Point]) -> EnergyFigure | None:
-        """Close a window with its token timeline; returns the provisional figure."""
+        """Close a window with its token timeline; returns the provisional figure.
+        O(points): the spans it took part in are settled by the sampler thread."""
         with self._lock:
             win = self._live.get(wid)
             if win is None or win.closed_at is not None:
                 return None
             now = self.clock()
             win.closed_at = now
+            win.progress = None
+            self._open_count -= 1
             self._last_close_t = now
-            for off, prompt, decode in sorted(points):
-                t = min(now, win.opened_at + max(0.0, off))
-                pw = self._w * prompt
-                if win.times and t <= win.times[-1]:
-                    t = win.times[-1]
-                    win.times[-1], win.work[-1], win.prefill[-1] = t, pw + decode, pw
-                else:
-                    win.times.append(t)
-                    win.work.append(pw + decode)
-                    win.prefill.append(pw)
-            self._settle()
+            win.times.clear()
+            win.work.clear()
+            win.prefill.clear()
+            win.add_points(sorted(points), now, self._w)
             return self._figure(win, provisional=True)
 
     def abandon(self, wid: str) -> None:
@@ -192,7 +242,7 @@ class Ledger:
             return Totals(
                 self.measured_j, self.attributed_j, self.idle_j, self.unattributed_j,
                 self._idle_w, self._power_w, self.resets,
-                sum(1 for w in self._live.values() if w.closed_at is None),
+                self._open_count,
             )
 
     @property
@@ -216,22 +266,28 @@ class Ledger:
             self._w = w
 
     # -- attribution ----------------------------------------------------
-    def _settle(self) -> None:
+    def _settle(self, now: float) -> list[tuple[str, EnergyFigure]]:
+        """Settle pending spans in order; returns the windows that became final."""
+        finals: list[tuple[str, EnergyFigure]] = []
         while self._pending:
             a, b, energy = self._pending[0]
             wins = [w for w in self._live.values() if w.overlaps(a, b)]
-            if any(w.closed_at is None for w in wins):
-                return
+            running = [w for w in wins if w.closed_at is None]
+            blind = any(w.progress is None for w in running)
+            if running and now - b < (self._blind_lag_s if blind else self._lag_s):
+                break
+            for w in running:
+                w.sync(now, self._w)
             self._pending.pop(0)
-            self._attribute(a, b, energy, wins, commit=True)
+            self._attribute(a, b, energy, wins)
             for w in wins:
                 if w.final:
                     self._done[w.wid] = self._live.pop(w.wid)
+                    finals.append((w.wid, self._figure(w, provisional=False)))
+        return finals
 
-    def _attribute(
-        self, a: float, b: float, energy: float, wins: list[_Window], commit: bool
-    ) -> dict[str, float]:
-        """Split one span; with commit=False only return the net shares."""
+    def _attribute(self, a: float, b: float, energy: float, wins: list[_Window]) -> None:
+        """Split one span among the windows overlapping it, and book it."""
         idle_w = self._idle_w or 0.0
         idle = min(energy, idle_w * (b - a))
         net = energy - idle
@@ -247,8 +303,6 @@ class Ledger:
             else:
                 f = 0.0
             shares[w.wid] = net * f
-            if not commit:
-                continue
             w.net_j += net * f
             pre_f = pre / work if work > 0 else 0.0
             w.prefill_j += net * f * pre_f
@@ -256,13 +310,11 @@ class Ledger:
             if wins:
                 w.idle_share_j += idle * w.overlap_s(a, b) / (b - a) / len(wins)
             w.settled_until = b
-        if commit:
-            attributed = sum(shares.values())
-            self.attributed_j += attributed
-            self.idle_j += idle
-            self.unattributed_j += net - attributed
-            self._learn(a, b, energy, wins)
-        return shares
+        attributed = sum(shares.values())
+        self.attributed_j += attributed
+        self.idle_j += idle
+        self.unattributed_j += net - attributed
+        self._learn(a, b, energy, wins)
 
     def _learn(self, a: float, b: float, energy: float, wins: list[_Window]) -> None:
         """Refresh the idle baseline from spans long after the last request."""
@@ -287,27 +339,31 @@ class Ledger:
         )
 
     def _estimate_unsettled(self, win: _Window) -> float:
-        """Net joules not yet settled: pending spans as they stand, plus the
-        stretch since the last step at the most recent span's net power."""
-        extra = 0.0
-        end = max(win.settled_until, win.opened_at)
-        for a, b, energy in self._pending:
-            if win.overlaps(a, b):
-                wins = [w for w in self._live.values() if w.overlaps(a, b)]
-                extra += self._attribute(a, b, energy, wins, commit=False).get(win.wid, 0.0)
-                end = max(end, b)
+        """Net joules not yet settled, estimated in O(pending spans), which the
+        settle lag bounds: the pending spans' net energy over the window, then
+        the stretch since the last step at the latest span's net power, each
+        shared evenly with the requests running now."""
         assert win.closed_at is not None
+        idle_w = self._idle_w or 0.0
+        end = max(win.settled_until, win.opened_at)
+        extra = 0.0
+        for a, b, energy in self._pending:
+            if b <= end or a >= win.closed_at:
+                continue
+            net_w = max(0.0, energy / (b - a) - idle_w)
+            extra += net_w * win.overlap_s(max(a, end), b)
+            end = b
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
-            net_w = max(0.0, energy / (b - a) - (self._idle_w or 0.0))
-            n = max(1, sum(1 for w in self._live.values() if w.overlaps(end, win.closed_at)))
-            extra += net_w * (win.closed_at - end) / n
-        return extra
+            extra += max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
+        return extra / (1 + self._open_count)
 
     def _expire(self, now: float) -> None:
         for w in list(self._live.values()):
             if w.closed_at is None and now - w.opened_at > self._max_window_s:
                 w.closed_at = now  # leaked window: closed with no work
+                w.progress = None
+                self._open_count -= 1
             elif w.closed_at is not None and now - w.closed_at > self._keep_s:
                 self._done[w.wid] = self._live.pop(w.wid)  # never final (counter reset)
         while self._done:

@@ -50,6 +50,11 @@ class TokenTimeline:
     def points(self) -> list[Point]:
         return list(self._points)
 
+    def since(self, index: int) -> list[Point]:
+        """The points from `index` on (read by a sampler thread while the request
+        runs: a slice is taken atomically, and only the last point is revised)."""
+        return self._points[index:]
+
     def scale_prompt(self, prompt_tokens: int) -> None:
         """Replace the estimated prompt size by the one the worker reported."""
         self._points = [

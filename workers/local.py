@@ -3,8 +3,9 @@
     python -m workers.local            # two workers + gateway on :8000, Ctrl-C stops all
 
 Workers: `small` (tiny-small.gguf on :8101) and `large` (tiny-large.gguf on
-:8102), CPU llama-server built by build_llama_server.sh. All processes are
-stopped on Ctrl-C / SIGTERM, workers last.
+:8102), CPU llama-server built by build_llama_server.sh. A process that exits
+is restarted with backoff (the gateway keeps serving the other tier
+meanwhile). All processes are stopped on Ctrl-C / SIGTERM, workers last.
 """
 
 from __future__ import annotations
@@ -69,14 +70,26 @@ def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | Non
     raise TimeoutError(f"{url} not healthy after {timeout_s}s")
 
 
+def worker_command(spec: WorkerSpec, binary: Path, threads: int = 1) -> list[str]:
+    return [str(binary), "-m", str(model_path(spec.shape)), "--host", "127.0.0.1",
+            "--port", str(spec.port), "-c", str(spec.ctx), "-np", str(spec.parallel),
+            "-t", str(threads), "--metrics", "--no-webui"]
+
+
+def spawn(cmd: list[str], log_path: Path | None, env: dict[str, str] | None = None
+          ) -> subprocess.Popen[bytes]:
+    """Start a process in its own session; output to `log_path` (None: this terminal)."""
+    if log_path is None:
+        return subprocess.Popen(cmd, env=env, cwd=ROOT, start_new_session=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                start_new_session=True)
+
+
 def start_worker(spec: WorkerSpec, binary: Path, log_dir: Path,
                  threads: int = 1) -> subprocess.Popen[bytes]:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = (log_dir / f"worker-{spec.name}.log").open("wb")
-    cmd = [str(binary), "-m", str(model_path(spec.shape)), "--host", "127.0.0.1",
-           "--port", str(spec.port), "-c", str(spec.ctx), "-np", str(spec.parallel),
-           "-t", str(threads), "--metrics", "--no-webui"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = spawn(worker_command(spec, binary, threads), log_dir / f"worker-{spec.name}.log")
     wait_healthy(f"http://127.0.0.1:{spec.port}/health", 120, proc)
     return proc
 
@@ -92,10 +105,52 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.kill()
 
 
+@dataclass
+class Supervised:
+    """A child process that is restarted when it exits, with backoff: 1 s, doubling
+    up to 30 s, back to 1 s once it has run for a minute."""
+
+    name: str
+    cmd: list[str]
+    log_path: Path | None
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    backoff_s: float = 1.0
+    started_at: float = 0.0
+    restart_at: float | None = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        self.proc = spawn(self.cmd, self.log_path, self.env)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    def tend(self, now: float) -> None:
+        """Restart the process if it exited and its backoff has passed."""
+        if self.proc is None:
+            return
+        if self.restart_at is None:
+            code = self.proc.poll()
+            if code is None:
+                if now - self.started_at > 60:
+                    self.backoff_s = 1.0
+                return
+            self.restart_at = now + self.backoff_s
+            where = f" (log: {self.log_path})" if self.log_path else ""
+            print(f"{self.name} exited with code {code}; restarting in {self.backoff_s:g} s"
+                  f"{where}", file=sys.stderr, flush=True)
+            self.backoff_s = min(30.0, self.backoff_s * 2)
+        elif now >= self.restart_at:
+            self.restarts += 1
+            self.start()
+            print(f"{self.name} restarted (restart {self.restarts})", file=sys.stderr,
+                  flush=True)
+
+
 def main() -> None:
     binary = llama_server()
     log_dir = ROOT / ".cache" / "logs"
-    procs: list[subprocess.Popen[bytes]] = []
+    children: list[Supervised] = []
     stopping = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -106,19 +161,26 @@ def main() -> None:
     signal.signal(signal.SIGINT, on_signal)
     try:
         for spec in WORKERS:
-            procs.append(start_worker(spec, binary, log_dir))
+            child = Supervised(f"worker {spec.name}", worker_command(spec, binary),
+                               log_dir / f"worker-{spec.name}.log")
+            child.start()
+            children.append(child)
+            assert child.proc is not None
+            wait_healthy(f"http://127.0.0.1:{spec.port}/health", 120, child.proc)
             print(f"worker {spec.name}: http://127.0.0.1:{spec.port} ({spec.shape})", flush=True)
         env = dict(os.environ, JOULEGATE_MODELS_FILE=str(ROOT / "models.yaml"))
-        gateway = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
-            start_new_session=True)
-        procs.insert(0, gateway)
-        print("gateway: http://127.0.0.1:8000/v1  (Ctrl-C stops everything)", flush=True)
-        while not stopping and all(p.poll() is None for p in procs):
+        gateway = Supervised("gateway", [sys.executable, "-m", "app.cli", "serve"], None, env)
+        gateway.start()
+        children.insert(0, gateway)
+        print("gateway: http://127.0.0.1:8000/v1  (Ctrl-C stops everything; a process "
+              "that exits is restarted)", flush=True)
+        while not stopping:
+            for child in children:
+                child.tend(time.monotonic())
             time.sleep(0.2)
     finally:
         print("stopping gateway and workers", flush=True)
-        stop(procs)
+        stop([c.proc for c in children if c.proc is not None])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,272 @@
+"""One request to one worker, from taking a replica slot to its settled energy.
+
+An `Exchange` owns everything a forwarded request holds: the replica slot,
+the energy window, the token timeline and the upstream response. `begin`
+takes them (retrying a dropped keep-alive connection once on a new
+connection, and moving on to the backend's next replica when one cannot be
+reached); `end` is the single exit that releases them all, tells the
+replica's breaker how it went, records the metrics and schedules settling.
+`end` runs once, however the request ends (`async with` guarantees it; it is
+shielded from a client disconnect's cancellation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import anyio
+
+from app import sse
+from app.meter import Meter
+from app.pool import NoReplica, ReplicaPool, ReplicaState
+from app.upstream import Upstream, UpstreamError, UpstreamResponse
+from app.usage import Prior, chunk_text, loop_chunk, plus_prior, usage_tokens
+from router.decision import Decision
+from router.loopguard import LoopGuard
+from telemetry.metrics import Metrics
+from telemetry.timeline import EnergyFigure, TokenTimeline
+
+log = logging.getLogger("joulegate.exchange")
+
+# Outcomes that say the replica is unwell (its breaker counts them).
+_REPLICA_FAULTS = {"upstream_timeout", "upstream_broken", "upstream_invalid"}
+
+
+@dataclass(frozen=True)
+class Forward:
+    """What to send where, and what the client asked for."""
+
+    path: str
+    body: dict[str, Any]
+    decision: Decision
+    route: str  # "auto" or "forced"
+    stream: bool
+    client_wants_usage: bool
+    prompt_tokens_estimate: int
+    received_at: float  # time.perf_counter() when the request arrived
+    model_name: str = ""  # the name responses carry (the configured model)
+    prior: Prior | None = None  # a first (thinking) request already made for this one
+    disconnected: Callable[[], Awaitable[bool]] | None = None  # the client went away?
+    # For `auto`: the plan without the given backends (failover), or None.
+    fallback: Callable[[frozenset[str]], Forward | None] | None = None
+
+
+@dataclass
+class Parts:
+    """What every exchange uses, built once by the app factory."""
+
+    pool: ReplicaPool
+    upstream: Upstream
+    meter: Meter
+    metrics: Metrics
+    on_complete: Callable[[Decision, int], None] = lambda d, n: None
+    settling: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class Exchange:
+    def __init__(self, parts: Parts, fw: Forward, count: bool = True) -> None:
+        self.parts = parts
+        self.fw = fw
+        self.count = count  # a spliced thinking phase is not a request of its own
+        self.state: ReplicaState | None = None
+        self.response: UpstreamResponse | None = None
+        self.window: str | None = None
+        self.timeline = TokenTimeline()
+        self.status = "ok"
+        self.usage_event: dict[str, Any] | None = None
+        self.decode = 0
+        self.figure: EnergyFigure | None = None
+        self.usage: dict[str, Any] | None = None
+        self._last: dict[str, Any] | None = None
+        self._sent_at = 0.0
+        self._ended = False
+
+    # -- taking ----------------------------------------------------------
+    async def begin(self) -> None:
+        """Take a slot, open the window, send; raises NoReplica / Overloaded /
+        UpstreamError with nothing held."""
+        fw, pool = self.fw, self.parts.pool
+        payload = json.dumps(fw.body, separators=(",", ":")).encode()
+        tried: list[int] = []
+        last: UpstreamError | None = None
+        while True:
+            try:
+                state = await pool.acquire(fw.decision.backend, tried)
+            except NoReplica:
+                if last is not None:  # every replica tried could not be reached
+                    raise last from None
+                raise
+            self._sent_at = time.perf_counter()
+            self.timeline = TokenTimeline()
+            try:
+                window = await self.parts.meter.open(state.replica.device, self.timeline.since)
+            except BaseException:
+                pool.release(state)
+                raise
+            try:
+                self.response = await self._send(state, payload)
+            except UpstreamError as exc:
+                pool.report(state, ok=False)
+                pool.release(state)
+                await self.parts.meter.abandon(window)
+                if exc.kind == "timeout":
+                    raise
+                tried.append(state.order)
+                last = UpstreamError("unavailable", exc.detail)
+                continue
+            except BaseException:  # cancelled (the client left) while sending
+                pool.release(state)
+                with anyio.CancelScope(shield=True):
+                    await self.parts.meter.abandon(window)
+                raise
+            self.state, self.window = state, window
+            return
+
+    async def _send(self, state: ReplicaState, payload: bytes) -> UpstreamResponse:
+        url = state.replica.base + self.fw.path
+        upstream = self.parts.upstream
+        try:
+            return await upstream.post(url, payload)
+        except UpstreamError as exc:
+            if exc.kind != "reset":
+                raise
+            # A pooled connection the worker had closed: nothing was answered.
+            log.info("%s: connection dropped before the response (%s); retrying once on a "
+                     "new connection", state.replica.base, exc.detail)
+            return await upstream.post(url, payload, fresh=True)
+
+    # -- relaying --------------------------------------------------------
+    async def events(self, guard: LoopGuard | None = None
+                     ) -> AsyncIterator[tuple[bytes, dict[str, Any] | None]]:
+        """The worker's events as they arrive. The usage event is held back in
+        `usage_event` (energy is added at the end); the response's `model` is
+        the configured name; a worker's error event is put in the OpenAI
+        envelope; the loop guard may stop the generation."""
+        assert self.response is not None
+        guard = guard or LoopGuard()
+        splitter = sse.EventSplitter()
+        prompt_guess = self.fw.prompt_tokens_estimate
+        async for chunk in self.response.chunks():
+            for event in splitter.feed(chunk):
+                obj = sse.event_json(event)
+                if obj is None:
+                    if not sse.is_done(event) and event.strip():
+                        yield event, None
+                    continue
+                if obj.get("usage") and not obj.get("choices"):
+                    self.usage_event = obj
+                    continue
+                if "error" in obj:
+                    self.status = "upstream_error_event"
+                    err = _error_envelope(obj["error"])
+                    yield sse.encode(err), err
+                    continue
+                text = chunk_text(obj)
+                if text:
+                    self.decode += 1
+                    self.timeline.mark(prompt_guess, self.decode)
+                    self._last = obj
+                yield self._renamed(event, obj), obj
+                if guard.feed(text):
+                    break
+            if guard.period is not None:
+                self.status = "loop_stopped"
+                d = self.fw.decision
+                self.parts.metrics.stop(d.tier, d.backend, "loop")
+                last = self.last_chunk()
+                yield sse.encode(last), last
+                return
+
+    def renamed(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """`obj` with the configured model name (workers report file paths)."""
+        if self.fw.model_name and "model" in obj:
+            obj["model"] = self.fw.model_name
+        return obj
+
+    def _renamed(self, event: bytes, obj: dict[str, Any]) -> bytes:
+        worker_model = obj.get("model")
+        name = self.fw.model_name
+        if not name or not isinstance(worker_model, str) or worker_model == name:
+            return event
+        obj["model"] = name
+        old = b'"model":' + json.dumps(worker_model).encode()
+        if old in event:
+            return event.replace(old, b'"model":' + json.dumps(name).encode(), 1)
+        return sse.encode(obj)  # the worker's JSON is spelled differently
+
+    def last_chunk(self) -> dict[str, Any]:
+        return self.renamed(loop_chunk(self._last))
+
+    # -- the single exit ---------------------------------------------------
+    async def __aenter__(self) -> Exchange:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            self.status = "client_disconnected"
+        elif isinstance(exc, UpstreamError):
+            self.status = f"upstream_{exc.kind}"
+        elif exc is not None and self.status == "ok":
+            self.status = "error"
+        with anyio.CancelScope(shield=True):
+            await self.end()
+
+    async def end(self) -> EnergyFigure | None:
+        """Release everything, once; returns the (provisional) energy figure."""
+        if self._ended:
+            return self.figure
+        self._ended = True
+        p, fw, d = self.parts, self.fw, self.fw.decision
+        usage = self.usage_event.get("usage") if self.usage_event else None
+        prompt, completion = usage_tokens(usage, fw.prompt_tokens_estimate, self.decode)
+        if self.response is not None:
+            await self.response.aclose()
+        if self.state is not None:
+            if self.status != "client_disconnected":
+                p.pool.report(self.state, ok=self.status not in _REPLICA_FAULTS)
+            p.pool.release(self.state)
+        if prompt != fw.prompt_tokens_estimate:
+            self.timeline.scale_prompt(prompt)
+        self.timeline.mark(prompt, completion)
+        figure = await p.meter.close(self.window, self.timeline.points())
+        self.figure = plus_prior(figure, fw.prior)
+        if self.count:
+            p.metrics.request(d.tier, d.backend, fw.route, d.category, self.status)
+            if self.status == "ok":
+                p.on_complete(d, completion + (fw.prior.completion_tokens if fw.prior else 0))
+        upstream_s = time.perf_counter() - self._sent_at
+        p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
+        p.metrics.tokens(d.tier, d.backend, prompt, completion)
+        total_s = time.perf_counter() - fw.received_at
+        p.metrics.observe_overhead(max(0.0, total_s - upstream_s))
+        if self.window is not None:
+            task = asyncio.create_task(_settle(p, d, self.window))
+            p.settling.add(task)
+            task.add_done_callback(p.settling.discard)
+        if not isinstance(usage, dict):  # ended before the worker's usage chunk
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}
+        self.usage = usage
+        return self.figure
+
+
+async def _settle(p: Parts, d: Decision, window: str) -> None:
+    """Wait for the final figure (the next counter step) and record it."""
+    figure = await p.meter.settle(window)
+    if figure is not None:
+        p.metrics.request_energy(d.tier, d.backend, figure)
+
+
+def _error_envelope(error: object) -> dict[str, Any]:
+    """A worker's in-stream error in the OpenAI envelope."""
+    msg = error.get("message") if isinstance(error, dict) else error
+    return {"error": {"message": f"worker error: {msg}", "type": "upstream_error",
+                      "param": None, "code": "upstream_error"}}
