@@ -116,8 +116,8 @@ class Exchange:
                 pool.report(state, ok=False)
                 pool.release(state)
                 await self.parts.meter.abandon(window)
-                if exc.kind == "timeout":
-                    raise
+                if exc.kind in ("timeout", "broken"):
+                    raise  # it answered (too late, or not in HTTP): no other replica
                 tried.append(state.order)
                 last = UpstreamError("unavailable", exc.detail)
                 continue
@@ -157,7 +157,7 @@ class Exchange:
             for event in splitter.feed(chunk):
                 obj = sse.event_json(event)
                 if obj is None:
-                    if not sse.is_done(event) and event.strip():
+                    if sse.is_passable(event):
                         yield event, None
                     continue
                 if obj.get("usage") and not obj.get("choices"):

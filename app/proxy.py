@@ -131,6 +131,7 @@ class Proxy:
     async def collect(self, ex: Exchange) -> tuple[dict[str, Any], EnergyFigure | None]:
         """A non-streamed answer, assembled from the worker's stream."""
         asm = Assembler(chat=ex.fw.path.endswith("/chat/completions"))
+        seen = False
         try:
             async with ex:
                 async for _, obj in ex.events():
@@ -138,6 +139,10 @@ class Proxy:
                         raise UpstreamError("broken", str(obj["error"].get("message", obj)))
                     if obj is not None:
                         asm.add(obj)
+                        seen = True
+                if not seen and ex.usage_event is None:
+                    ex.status = "upstream_invalid"
+                    raise UpstreamError("broken", "the worker's answer held no events")
         except UpstreamError as exc:
             raise api_error(ex.fw.decision.backend, exc) from None
         body = ex.renamed(asm.result(final_usage(ex)))

@@ -48,6 +48,14 @@ def event_json(event: bytes) -> dict[str, Any] | None:
     return obj if isinstance(obj, dict) else None
 
 
+def is_passable(event: bytes) -> bool:
+    """A non-JSON event worth passing on (a comment, a named event); not [DONE],
+    not blank, not bytes that are no SSE at all."""
+    head = event.lstrip()[:6]
+    return bool(head) and not is_done(event) and head.startswith((b":", b"event:", b"id:",
+                                                                   b"retry:", b"data:"))
+
+
 def is_done(event: bytes) -> bool:
     return event.strip() == b"data: [DONE]"
 

@@ -10,7 +10,8 @@ Every httpx and aiohttp exception is translated here, once, into
   so the exchange retries once on a new connection; it says nothing about
   the replica's health.
 - `timeout`: no first byte, or too long a silence between two chunks (504).
-- `broken`: the connection failed after the response began (502).
+- `broken`: the connection failed after the response began, or the worker
+  answered something that is not HTTP (502).
 
 Timeouts are the gateway's own: connect, first byte (headers and the first
 body chunk: the worker's queue wait and prefill) and between chunks (the
@@ -58,6 +59,8 @@ def _translated(began: bool) -> Iterator[None]:
         raise UpstreamError("unavailable", str(exc) or type(exc).__name__) from exc
     except httpx.TimeoutException as exc:
         raise UpstreamError("timeout", str(exc) or type(exc).__name__) from exc
+    except httpx.DecodingError as exc:  # an answer that is not HTTP: nothing to retry
+        raise UpstreamError("broken", str(exc) or type(exc).__name__) from exc
     except httpx.HTTPError as exc:
         raise UpstreamError("broken" if began else "reset",
                             str(exc) or type(exc).__name__) from exc
@@ -125,7 +128,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(str(exc)) from exc
         except aiohttp.ConnectionTimeoutError as exc:
             raise httpx.ConnectTimeout(str(exc) or "connect timeout") from exc
-        except aiohttp.ClientError as exc:  # disconnected, reset, bad response
+        except aiohttp.ClientResponseError as exc:  # it answered, but not in HTTP
+            raise httpx.DecodingError(str(exc) or type(exc).__name__) from exc
+        except aiohttp.ClientError as exc:  # disconnected, reset
             raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
         except TimeoutError as exc:
             raise httpx.ReadTimeout(str(exc) or "read timeout") from exc

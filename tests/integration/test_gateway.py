@@ -172,15 +172,15 @@ def test_refused_replica_is_skipped(workers: Workers) -> None:
     from tests.integration.conftest import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
-    with run_gateway(catalog_for([dead, workers.small], [workers.large])) as gw:
+    with run_gateway(catalog_for([dead, workers.small], [workers.large]),
+                     health_interval_seconds=60) as gw:
         gw_state = gw.app.state.gateway
-        for s in gw_state.pool.all_states():
-            s.up = True  # as if the health check had not noticed yet
         for _ in range(3):
             r = client(gw).chat.completions.create(model="small", messages=MSG, max_tokens=2)  # type: ignore[arg-type]
             assert r.choices
         states = {s.replica.base: s for s in gw_state.pool.all_states()}
-        assert states[dead].up is False
+        assert states[dead].breaker.state == "open"  # three refusals in a row
+        assert states[workers.small].breaker.state == "closed"
 
 
 def test_no_healthy_worker_is_503(workers: Workers) -> None:
@@ -192,16 +192,18 @@ def test_no_healthy_worker_is_503(workers: Workers) -> None:
                        json={"model": "large", "messages": MSG})
         assert r.status_code == 503
         assert r.json()["error"]["code"] == "no_healthy_worker"
+        assert int(r.headers["retry-after"]) >= 1
         ready = httpx.get(gw.url + "/readyz")
-        assert ready.status_code == 503 and ready.json()["tiers"]["large"] is False
+        assert ready.status_code == 200 and ready.json()["tiers"]["large"] is False
+        assert ready.json()["degraded"] == ["large"]
 
 
 def test_worker_timeout_is_504(workers: Workers) -> None:
-    # The read timeout is the longest silence allowed from a worker: a long
+    # The first-byte timeout bounds a worker's queue wait and prefill: a long
     # prompt keeps the CPU worker silent (prefill) for over a second.
     long_prompt = [{"role": "user", "content": "energy " * 300}]  # ~1,800 tokens
     with run_gateway(catalog_for([workers.small], [workers.large]),
-                     read_timeout_seconds=0.2) as gw:
+                     first_byte_timeout_seconds=0.2) as gw:
         r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
                        json={"model": "large", "messages": long_prompt, "max_tokens": 4})
         assert r.status_code == 504
