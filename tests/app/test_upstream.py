@@ -4,6 +4,7 @@ that drops keep-alive connections the way a worker's idle timeout does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -27,10 +28,8 @@ async def one_answer_per_connection(connections: list[int], silent: bool = False
             await asyncio.sleep(30)
         writer.write(ANSWER)
         await writer.drain()
-        try:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             await reader.readuntil(b"\r\n\r\n")  # the next request: dropped
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
         writer.close()
     return await asyncio.start_server(handle, "127.0.0.1", 0)
 
