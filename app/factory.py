@@ -112,5 +112,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     app = FastAPI(title="joulegate", lifespan=lifespan)
     install_handlers(app)
     app.include_router(build_routes())
-    install_openapi(app, [ChatRequest, CompletionRequest])
+    names = ["auto", *catalog.tiers, *(b.name for b in catalog.backends)]
+    install_openapi(app, [ChatRequest, CompletionRequest], names,
+                    max(b.context_tokens for b in catalog.backends))
     return app

@@ -50,8 +50,21 @@ def request_body(model: type[BaseModel]) -> dict[str, Any]:
                             "content": {"application/json": {"schema": schema}}}}
 
 
-def install_openapi(app: FastAPI, models: list[type[BaseModel]]) -> None:
-    """Serve the document with the body models' definitions and the error schema."""
+OK_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
+    "description": "The answer: JSON, or server-sent events when `stream` is true",
+    "content": {"application/json": {"schema": {"type": "object"}},
+                "text/event-stream": {}}}}
+TEXT_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
+    "description": "Prometheus text exposition", "content": {"text/plain": {}}}}
+
+
+def install_openapi(app: FastAPI, models: list[type[BaseModel]], model_names: list[str],
+                    max_tokens: int) -> None:
+    """Serve the document with the body models' definitions and the error schema.
+
+    The document describes this deployment: `model` is one of the names it
+    serves and token limits stop at its largest context, so that clients and
+    fuzzers generate requests it can answer."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -65,7 +78,21 @@ def install_openapi(app: FastAPI, models: list[type[BaseModel]]) -> None:
         for path in doc.get("paths", {}).values():
             for op in path.values():
                 op.get("responses", {}).pop("422", None)  # FastAPI's own; never sent
+                body = op.get("requestBody", {}).get("content", {}).get("application/json")
+                if body is not None:
+                    _describe_deployment(body["schema"], model_names, max_tokens)
         app.openapi_schema = doc
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _describe_deployment(schema: dict[str, Any], model_names: list[str], max_tokens: int
+                         ) -> None:
+    props = schema.get("properties", {})
+    if "model" in props:
+        props["model"] = {"type": "string", "enum": model_names}
+    for key in ("max_tokens", "max_completion_tokens"):
+        for option in props.get(key, {}).get("anyOf", []):
+            if option.get("type") == "integer":
+                option["maximum"] = max_tokens

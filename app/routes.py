@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from app.catalog import Backend, Catalog
 from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model
 from app.exchange import Forward
-from app.openapi import ERROR_RESPONSES, request_body
+from app.openapi import ERROR_RESPONSES, OK_RESPONSE, TEXT_RESPONSE, request_body
 from app.pool import ReplicaPool
 from app.proxy import Proxy
 from app.requests import (
@@ -230,7 +230,7 @@ def build_routes() -> APIRouter:
     api = APIRouter()
 
     @api.post("/v1/chat/completions", openapi_extra=request_body(ChatRequest),
-              responses=ERROR_RESPONSES)
+              responses={**OK_RESPONSE, **ERROR_RESPONSES})
     async def chat(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
@@ -252,7 +252,7 @@ def build_routes() -> APIRouter:
         return await gw.proxy.forward(fw)
 
     @api.post("/v1/completions", openapi_extra=request_body(CompletionRequest),
-              responses=ERROR_RESPONSES)
+              responses={**OK_RESPONSE, **ERROR_RESPONSES})
     async def completions(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
@@ -321,7 +321,7 @@ def build_routes() -> APIRouter:
         return JSONResponse({"ready": ok, "tiers": tiers, "degraded": degraded},
                             status_code=200 if ok else 503)
 
-    @api.get("/metrics")
+    @api.get("/metrics", responses=TEXT_RESPONSE)
     async def metrics(request: Request) -> Response:
         return Response(_gw(request).metrics.render(), media_type=CONTENT_TYPE)
 
