@@ -163,6 +163,16 @@ class ReplicaPool:
         full = all(s.outstanding >= s.capacity for s in states)
         return full and len(self._queues[backend]) >= states[0].backend.max_queue
 
+    def load(self) -> int:
+        """Requests holding or waiting for a slot, over all backends."""
+        return sum(s.outstanding for s in self.all_states()) + sum(
+            len(q) for q in self._queues.values())
+
+    def limit(self) -> int:
+        """The most requests the backends hold and queue together."""
+        return sum(s.capacity for s in self.all_states()) + sum(
+            states[0].backend.max_queue for states in self._states.values())
+
     def accepting(self) -> frozenset[str]:
         """Backends a new request can be sent to now (up and not saturated)."""
         return frozenset(name for name in self._states

@@ -10,6 +10,7 @@ token limits beyond any context.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -18,6 +19,7 @@ from app.errors import ApiError, bad_request
 
 MAX_JSON_DEPTH = 32  # OpenAI bodies nest ~6 deep (tools' JSON schemas more)
 MAX_TOKENS_LIMIT = 2**31 - 1  # what workers' 32-bit token counts hold
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|(list|dict)\[.*\]|[A-Z]\w*)$")
 TEXT_PART = "text"
 
 
@@ -68,9 +70,15 @@ Message.model_rebuild()
 ChatRequest.model_rebuild()
 
 
+def _field_path(loc: tuple[int | str, ...]) -> list[str]:
+    """A location without pydantic's union-member tags (`str`, `list[ContentPart]`)."""
+    return [str(p) for p in loc if isinstance(p, int) or not _UNION_TAG.match(p)]
+
+
 def _translate(exc: ValidationError) -> ApiError:
-    err = exc.errors()[0]
-    param = ".".join(str(p) for p in err["loc"]) or None
+    # Of a union's errors, the one that went deepest names the real problem.
+    err = max(exc.errors(), key=lambda e: len(_field_path(e["loc"])))
+    param = ".".join(_field_path(err["loc"])) or None
     return bad_request(f"Invalid value for '{param}': {err['msg']}", param, "invalid_value")
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
@@ -11,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.catalog import Backend, Catalog
-from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model
+from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model, overloaded
 from app.exchange import Forward
 from app.openapi import ERROR_RESPONSES, OK_RESPONSE, TEXT_RESPONSE, request_body
 from app.pool import ReplicaPool
@@ -49,6 +50,20 @@ class Gateway:
     metrics: Metrics
     max_body_bytes: int
     default_policy: Policy
+    entering: int = 0  # requests being read and routed, not yet holding a slot
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """The cheapest refusal, before a request is read: when the backends'
+        slots and queues, with the requests on their way to them, are full."""
+        if self.pool.load() + self.entering >= self.pool.limit():
+            self.metrics.request("none", "none", "unrouted", "none", "overloaded")
+            raise overloaded("gateway", self.pool.load())
+        self.entering += 1
+        try:
+            yield
+        finally:
+            self.entering -= 1
 
 
 @dataclass(frozen=True)
@@ -154,9 +169,12 @@ def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs()) -> Decisio
             d = gw.router.decide(replace(q, concurrency=gw.pool.outstanding(),
                                          unavailable=q.unavailable | down | unfit))
         except Unroutable:
-            tier = gw.catalog.tiers[-1]
+            gw.metrics.request("none", "none", "auto", "none",
+                               "overloaded" if not down - saturated(gw) else "no_worker")
+            if not down - saturated(gw):  # every backend is up but full
+                raise overloaded("every backend", gw.pool.load()) from None
             raise no_healthy_worker("any", min(
-                gw.pool.retry_after_s(b.name) for b in gw.catalog.backends_of(tier))) from None
+                gw.pool.retry_after_s(b.name) for b in gw.catalog.backends)) from None
         gw.metrics.decision(d.tier, d.strategy, d.category, time.perf_counter() - start)
         if d.baseline_joules is not None and d.expected_joules is not None:
             gw.metrics.saved(gw.catalog.baseline, d.baseline_joules - d.expected_joules)
@@ -165,6 +183,10 @@ def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs()) -> Decisio
     if forced is None:
         raise not_found_model(model)
     return forced
+
+
+def saturated(gw: Gateway) -> set[str]:
+    return {b.name for b in gw.catalog.backends if gw.pool.backend_saturated(b.name)}
 
 
 def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path: str,
@@ -234,14 +256,15 @@ def build_routes() -> APIRouter:
     async def chat(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
-        body, req, q, needs = await _chat_query(request, gw)
+        with gw.admitted():
+            body, req, q, needs = await _chat_query(request, gw)
 
-        def body_for(d: Decision, b: Backend) -> dict[str, Any]:
-            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode)
+            def body_for(d: Decision, b: Backend) -> dict[str, Any]:
+                return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode)
 
-        wants_usage = bool(req.stream_options and req.stream_options.include_usage)
-        fw = plan(gw, request, req.model, q, needs, "/v1/chat/completions", body_for,
-                  req.stream, wants_usage, received)
+            wants_usage = bool(req.stream_options and req.stream_options.include_usage)
+            fw = plan(gw, request, req.model, q, needs, "/v1/chat/completions", body_for,
+                      req.stream, wants_usage, received)
         d = fw.decision
         backend = gw.catalog.backend(d.backend)
         assert backend is not None
@@ -256,23 +279,24 @@ def build_routes() -> APIRouter:
     async def completions(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
-        body = await _body(request, gw.max_body_bytes)
-        req = validate_completion(body)
-        policy, max_j = _policy(request, gw.default_policy)
-        text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
-        tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
-        q = Query(text, tokens or estimate_tokens(text), req.max_tokens, policy, max_j)
+        with gw.admitted():
+            body = await _body(request, gw.max_body_bytes)
+            req = validate_completion(body)
+            policy, max_j = _policy(request, gw.default_policy)
+            text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
+            tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
+            q = Query(text, tokens or estimate_tokens(text), req.max_tokens, policy, max_j)
 
-        def body_for(d: Decision, b: Backend) -> dict[str, Any]:
-            out = dict(body, model=b.model)
-            if d.routed and "max_tokens" not in body:
-                out["max_tokens"] = d.max_tokens
-            return out
+            def body_for(d: Decision, b: Backend) -> dict[str, Any]:
+                out = dict(body, model=b.model)
+                if d.routed and "max_tokens" not in body:
+                    out["max_tokens"] = d.max_tokens
+                return out
 
-        wants_usage = bool(req.stream_options and req.stream_options.include_usage)
-        return await gw.proxy.forward(plan(
-            gw, request, req.model, q, Needs(tokens=req.max_tokens), "/v1/completions",
-            body_for, req.stream, wants_usage, received))
+            wants_usage = bool(req.stream_options and req.stream_options.include_usage)
+            fw = plan(gw, request, req.model, q, Needs(tokens=req.max_tokens),
+                      "/v1/completions", body_for, req.stream, wants_usage, received)
+        return await gw.proxy.forward(fw)
 
     @api.post("/v1/route", openapi_extra=request_body(ChatRequest), responses=ERROR_RESPONSES)
     async def route(request: Request) -> Response:
