@@ -191,3 +191,49 @@ def test_finished_windows_leave_the_attribution_path_and_expire() -> None:
     drive(ledger, counter, clock, clock.t + 6.0)
     assert ledger.result(ids[0]) is None  # forgotten after keep_results_s
     check_invariant(ledger)
+
+
+def test_running_requests_do_not_hold_back_finished_ones() -> None:
+    # A long request (live progress) runs across a short one; the short one's
+    # figure is final within the settle lag, not when the long one ends.
+    ledger, counter, clock = make(lambda t: IDLE_W + 200.0)
+    drive(ledger, counter, clock, 1.0)
+    long_points = [(0.0, 0, 0)]
+    long = ledger.open(progress=lambda i: long_points[i:])
+    short = ledger.open(progress=lambda i: [])
+    for k in range(1, 11):
+        drive(ledger, counter, clock, 1.0 + k * 0.1)
+        long_points.append((k * 0.1, 0, 10 * k))
+    ledger.close(short, [(0.0, 0, 0), (1.0, 0, 10)])
+    drive(ledger, counter, clock, 3.2)  # > settle lag after the short one's end
+    fig = ledger.result(short)
+    assert fig is not None and fig.final
+    assert ledger.result(long) is not None
+    long_points.append((2.5, 0, 250))
+    ledger.close(long, long_points)
+    drive(ledger, counter, clock, 5.0)
+    fl, fs = ledger.result(long), ledger.result(short)
+    assert fl is not None and fl.final and fs is not None
+    assert fl.net_j + fs.net_j == pytest.approx(200.0 * 2.2, rel=0.1)
+    assert fl.net_j > 5 * fs.net_j  # the long one did 10x the work while both ran
+    check_invariant(ledger)
+
+
+def test_a_step_costs_o_running_not_o_history() -> None:
+    # 2,000 requests come and go while 200 keep running: per-step work stays flat.
+    import time as wall
+
+    ledger, counter, clock = make(lambda t: IDLE_W + 300.0)
+    running = [ledger.open(progress=lambda i: [(0.0, 0, 0)][i:]) for _ in range(200)]
+    costs = []
+    for step in range(40):
+        for _ in range(50):
+            ledger.close(ledger.open(), [(0.0, 0, 0), (0.01, 10, 1)])
+        t0 = wall.perf_counter()
+        drive(ledger, counter, clock, clock.t + 0.1)
+        costs.append(wall.perf_counter() - t0)
+    assert max(costs[-10:]) < 5 * max(0.002, sorted(costs)[len(costs) // 2])
+    for wid in running:
+        ledger.close(wid, [])
+    drive(ledger, counter, clock, clock.t + 2.0)
+    check_invariant(ledger)
