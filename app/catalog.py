@@ -89,6 +89,10 @@ class Routing(_Strict):
     strategies: list[Literal["direct", "cot"]] = ["direct", "cot"]
     lengths_file: str | None = None
     classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl
+    complexity: str | None = None  # default: the committed router/artifacts/complexity.npz
+    # `balanced`: keep this share of always-large quality over traffic like the
+    # reference workload (x-joulegate-quality-target overrides it per request).
+    quality_target: float = Field(default=0.95, gt=0, le=1)
 
 
 class Catalog(_Strict):

@@ -116,6 +116,22 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_complexity(args: argparse.Namespace) -> int:
+    import json
+
+    from app.catalog import load_catalog
+    from app.complexity_training import train_complexity
+    from router.curves import Curve
+
+    catalog = load_catalog(Path(args.models))
+    curves = {b.tier: Curve.load(catalog.path(b.curves)) for b in catalog.backends if b.curves}
+    report = train_complexity(Path(args.data), Path(args.own), dict(catalog.quality), curves,
+                              Path(args.out))
+    print(json.dumps({k: report[k] for k in ("evaluation_held_out", "quality_targets")},
+                     indent=2))
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     import random
 
@@ -171,6 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--check", default="router/data/eval_prompts.tsv")
     tr.add_argument("--out", default="router/artifacts")
     tr.set_defaults(func=_train)
+    tc = sub.add_parser("train-complexity",
+                        help="train the per-query complexity model and its quality targets")
+    tc.add_argument("--data", default="../shared/data")
+    tc.add_argument("--own", default="router/data/difficulty_prompts.tsv")
+    tc.add_argument("--models", default="deploy/models.gpu.yaml",
+                    help="quality table and curves (the reference: H200 curves)")
+    tc.add_argument("--out", default="router/artifacts")
+    tc.set_defaults(func=_train_complexity)
     ev = sub.add_parser("eval", help="measure the quality table on a live deployment")
     ev.add_argument("--url", default="http://127.0.0.1:8000/v1")
     ev.add_argument("--tiers", default="small,large")

@@ -105,6 +105,20 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def _quality_target(request: Request) -> float | None:
+    raw = request.headers.get("x-joulegate-quality-target")
+    if raw is None:
+        return None
+    try:
+        target = float(raw)
+    except ValueError:
+        target = -1.0
+    if not 0 < target <= 1:
+        raise bad_request("x-joulegate-quality-target must be a number in (0, 1]",
+                          "x-joulegate-quality-target")
+    return target
+
+
 def _policy(request: Request, default: Policy) -> tuple[Policy, float | None]:
     raw = request.headers.get("x-joulegate-policy")
     policy: Policy = default
@@ -245,7 +259,9 @@ async def _chat_query(request: Request, gw: Gateway
     text = conversation_text(req.messages)
     limit = req.token_limit
     needs = Needs(vision="image_url" in kinds, tokens=limit)
-    return body, req, Query(text, estimate_tokens(text), limit, policy, max_j), needs
+    q = Query(text, estimate_tokens(text), limit, policy, max_j,
+              quality_target=_quality_target(request))
+    return body, req, q, needs
 
 
 def build_routes() -> APIRouter:
@@ -285,7 +301,8 @@ def build_routes() -> APIRouter:
             policy, max_j = _policy(request, gw.default_policy)
             text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
             tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
-            q = Query(text, tokens or estimate_tokens(text), req.max_tokens, policy, max_j)
+            q = Query(text, tokens or estimate_tokens(text), req.max_tokens, policy, max_j,
+                      quality_target=_quality_target(request))
 
             def body_for(d: Decision, b: Backend) -> dict[str, Any]:
                 out = dict(body, model=b.model)

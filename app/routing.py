@@ -6,11 +6,14 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from app.catalog import Catalog
 from router.classifier import ARTIFACT, Classifier
+from router.complexity import ComplexityModel
 from router.curves import Curve
 from router.decision import Decision
-from router.engine import Router
+from router.engine import Router, Targets
 from router.policy import ActionSpec, Caps, Policy
 from router.quality import ExpectedLengths, QualityTable, action
 
@@ -61,4 +64,26 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
     policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
                     catalog.tiers, r.tolerance,
                     Caps(r.direct_max_tokens, r.cot_max_tokens, r.thinking_budget))
-    return Router(classifier, policy, catalog.tiers[-1])
+    model, targets = load_complexity(
+        catalog.path(r.complexity) if r.complexity else COMPLEXITY, r.quality_target)
+    return Router(classifier, policy, catalog.tiers[-1], model, targets)
+
+
+COMPLEXITY = ARTIFACT.with_name("complexity.npz")
+
+
+def load_complexity(path: Path, default_target: float
+                    ) -> tuple[ComplexityModel | None, Targets]:
+    """The complexity model (`joulegate train-complexity`: arrays and report side
+    by side); without it the router falls back to the category table."""
+    report_path = path.with_name(path.stem + "-report.json")
+    if not path.exists() or not report_path.exists():
+        log.warning("no complexity model at %s: routing by category averages", path)
+        return None, Targets(default_target=default_target)
+    arrays = np.load(path)
+    report = json.loads(report_path.read_text())
+    model = ComplexityModel(arrays["text_coef"], arrays["hand_coef"], arrays["hand_mean"],
+                            arrays["hand_scale"], float(arrays["intercept"][0]),
+                            report["abilities"])
+    targets = {float(t): float(v) for t, v in report["quality_targets"].items()}
+    return model, Targets(targets, default_target)

@@ -29,6 +29,7 @@ CATEGORIES: tuple[str, ...] = (
     "chat",
 )
 ARTIFACT = Path(__file__).resolve().parent / "artifacts" / "classifier.pkl"
+Features = tuple[np.ndarray, np.ndarray]  # (feature indices, values)
 HEAD_CHARS = 700
 TAIL_CHARS = 700
 
@@ -120,15 +121,27 @@ class Classifier:
         self._intercept = np.asarray(lr.intercept_, dtype=np.float64)
         self._token = re.compile(TOKEN_PATTERN)
 
-    def _scores(self, text: str) -> np.ndarray:
+    def features(self, text: str) -> Features:
+        """The text's TF-IDF features (sparse: indices and values), computed once
+        and shared by every head that reads them (categories, complexity)."""
         text = prepare(text)
+        parts = [block.features(terms) for block, terms in (
+            (self._word, word_terms(text, self._token)), (self._char, char_terms(text)))]
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+    def _scores(self, text: str) -> np.ndarray:
+        return self.scores_of(self.features(text))
+
+    def scores_of(self, feats: Features) -> np.ndarray:
+        idx, vals = feats
         scores: np.ndarray = self._intercept.copy()
-        for block, terms in ((self._word, word_terms(text, self._token)),
-                             (self._char, char_terms(text))):
-            idx, vals = block.features(terms)
-            if idx.size:
-                scores = scores + vals @ self._coef[idx]
+        if idx.size:
+            scores = scores + vals @ self._coef[idx]
         return scores
+
+    @property
+    def n_features(self) -> int:
+        return int(self._coef.shape[0])
 
     @classmethod
     def load(cls, path: Path = ARTIFACT) -> Classifier:
@@ -140,7 +153,10 @@ class Classifier:
             pickle.dump(self._pipe, f, protocol=pickle.HIGHEST_PROTOCOL)
 
     def probabilities(self, text: str) -> dict[str, float]:
-        s = self._scores(text)
+        return self.probabilities_of(self.features(text))
+
+    def probabilities_of(self, feats: Features) -> dict[str, float]:
+        s = self.scores_of(feats)
         e = np.exp(s - s.max())
         p = e / e.sum()
         probs = dict.fromkeys(CATEGORIES, 0.0)

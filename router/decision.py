@@ -23,6 +23,9 @@ class Query:
     concurrency: Mapping[str, int] = field(default_factory=dict)  # backend -> in flight
     # Backends that cannot take a request now (no healthy replica, or saturated).
     unavailable: frozenset[str] = frozenset()
+    # Keep this share of always-large quality over traffic like the reference
+    # workload (`balanced`); None: the deployment's default.
+    quality_target: float | None = None
 
 
 class Unroutable(Exception):
@@ -51,6 +54,13 @@ class Decision:
     degraded: str | None = None
     # With a joule cap: whether some action was expected to fit it (None: no cap).
     joule_cap_met: bool | None = None
+    # P(the small tier's direct answer is worse than the large tier's); None
+    # without a complexity model.
+    complexity: float | None = None
+    quality_target: float | None = None
+    # Every action considered: tier, strategy, expected_quality,
+    # expected_joules, completion_tokens.
+    candidates: tuple[dict[str, Any], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,50 +1,109 @@
-"""The router: classify the request, then let the policy pick the action."""
+"""The router: read the request once (features), classify its category, judge
+its complexity, price every action, and let the policy pick one."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from router.classifier import Classifier
+from router.complexity import ComplexityModel, complexity
 from router.decision import Decision, Query, Unroutable
-from router.policy import Choice, Policy
+from router.policy import Candidate, Choice, Policy
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Quality target -> per-query tolerance, calibrated offline (linear between)."""
+
+    tolerance_by_target: Mapping[float, float] = field(default_factory=dict)
+    default_target: float = 0.95
+
+    def tolerance(self, target: float) -> float:
+        points = sorted(self.tolerance_by_target.items())
+        if not points or target >= 1.0:
+            return 0.0
+        if target <= points[0][0]:
+            return points[0][1]
+        for (t0, v0), (t1, v1) in itertools.pairwise(points):
+            if t0 <= target <= t1:
+                return v0 + (v1 - v0) * (target - t0) / (t1 - t0)
+        return points[-1][1] * max(0.0, (1.0 - target) / (1.0 - points[-1][0]))
 
 
 class Router:
-    def __init__(self, classifier: Classifier, policy: Policy, baseline_tier: str) -> None:
+    def __init__(self, classifier: Classifier, policy: Policy, baseline_tier: str,
+                 model: ComplexityModel | None = None, targets: Targets = Targets()) -> None:
         self.classifier = classifier
         self.policy = policy
         self._baseline_tier = baseline_tier
+        self.model = model
+        self.targets = targets
 
     def decide(self, q: Query) -> Decision:
-        probs = self.classifier.probabilities(q.text)
+        feats = self.classifier.features(q.text)
+        probs = self.classifier.probabilities_of(feats)
         category = max(probs, key=lambda k: probs[k])
-        cands = self.policy.candidates(probs, q.prompt_tokens, q.max_tokens, q.concurrency)
-        choice = self.policy.choose(cands, q.policy, q.max_joules)
+        quality = None
+        cx = None
+        tolerance = None
+        target = None
+        if self.model is not None:
+            theta = self.model.theta(feats, q.text)
+            quality = self.model.qualities(theta, probs, [a.key for a in self.policy.actions])
+            small, large = (quality.get(f"{t}:direct") for t in (self.policy_tiers()))
+            if small is not None and large is not None:
+                cx = complexity(small, large)
+            target = q.quality_target or self.targets.default_target
+            tolerance = self.targets.tolerance(target)
+        cands = self.policy.candidates(probs, q.prompt_tokens, q.max_tokens, q.concurrency,
+                                       quality)
+        choice = self.policy.choose(cands, q.policy, q.max_joules, tolerance)
         degraded = None
         if choice.chosen.spec.backend in q.unavailable:
-            choice, degraded = self._next_best(choice, q)
+            choice, degraded = self._next_best(choice, q, tolerance)
         c = choice.chosen
         max_tokens, budget = self.policy.token_caps(c, q.max_tokens)
         baseline = next((x.expected_joules for x in cands
                          if x.spec.tier == self._baseline_tier and x.spec.strategy == "direct"),
                         None)
         joules = f"{c.expected_joules:.1f} J" if c.expected_joules is not None else "no curve"
+        judged = f"complexity {cx:.2f}; " if cx is not None else ""
         return Decision(
             tier=c.spec.tier, backend=c.spec.backend, strategy=c.spec.strategy,  # type: ignore[arg-type]
             max_tokens=max_tokens, thinking_budget=budget, category=category,
             category_probabilities={k: round(v, 4) for k, v in probs.items()},
             expected_joules=c.expected_joules, expected_quality=round(c.expected_quality, 4),
             policy=q.policy,
-            reason=f"{category} ({probs[category]:.0%}); {c.spec.key} at {joules}, "
+            reason=f"{category} ({probs[category]:.0%}); {judged}{c.spec.key} at {joules}, "
                    f"quality {c.expected_quality:.3f}; {choice.reason}",
             baseline_joules=baseline, degraded=degraded, joule_cap_met=choice.cap_met,
+            complexity=None if cx is None else round(cx, 4),
+            quality_target=target if q.policy == "balanced" else None,
+            candidates=tuple(_describe(x) for x in cands),
         )
 
-    def _next_best(self, ideal: Choice, q: Query) -> tuple[Choice, str]:
+    def policy_tiers(self) -> tuple[str, str]:
+        """The cheapest and the largest tier."""
+        tiers = sorted({a.tier for a in self.policy.actions}, key=self.policy.rank)
+        return tiers[0], self._baseline_tier
+
+    def _next_best(self, ideal: Choice, q: Query, tolerance: float | None
+                   ) -> tuple[Choice, str]:
         """The best action among available backends, when the best one is not."""
         left = [c for c in ideal.candidates if c.spec.backend not in q.unavailable]
         if not left:
             raise Unroutable(", ".join(sorted(q.unavailable)))
         wanted = ideal.chosen.spec
-        choice = self.policy.choose(left, q.policy, q.max_joules)
+        choice = self.policy.choose(left, q.policy, q.max_joules, tolerance)
         note = f"degraded: {wanted.key} wanted but {wanted.backend} is unavailable"
         return (Choice(choice.chosen, f"{choice.reason}; {note}", ideal.candidates,
                        choice.cap_met), wanted.key)
+
+
+def _describe(c: Candidate) -> dict[str, object]:
+    return {"tier": c.spec.tier, "backend": c.spec.backend, "strategy": c.spec.strategy,
+            "expected_quality": round(c.expected_quality, 4),
+            "expected_joules": None if c.expected_joules is None else round(c.expected_joules, 3),
+            "completion_tokens": c.completion_tokens}

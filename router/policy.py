@@ -79,7 +79,10 @@ class Policy:
         self._rank = {t: i for i, t in enumerate(tiers)}
 
     def candidates(self, probs: Mapping[str, float], prompt_tokens: int,
-                   max_tokens: int | None, concurrency: Mapping[str, int]) -> list[Candidate]:
+                   max_tokens: int | None, concurrency: Mapping[str, int],
+                   quality: Mapping[str, float] | None = None) -> list[Candidate]:
+        """Every action, priced. `quality`: this request's expected quality per
+        action (the complexity model); without it, the category table's."""
         out = []
         for a in self.actions:
             expected = self.lengths.expected(probs, a.key)
@@ -90,11 +93,15 @@ class Policy:
             n = concurrency.get(a.backend, 0) + 1
             extra = COT_PROMPT_TOKENS if a.strategy == "cot" and not a.reasoning else 0
             joules = curve.joules(prompt_tokens + extra, tokens, n) if curve else None
-            out.append(Candidate(a, self.quality.expected(probs, a.key), joules, tokens))
+            q = quality[a.key] if quality is not None and a.key in quality \
+                else self.quality.expected(probs, a.key)
+            out.append(Candidate(a, q, joules, tokens))
         return out
 
     def choose(self, cands: list[Candidate], mode: PolicyName,
-               max_joules: float | None) -> Choice:
+               max_joules: float | None, per_query_tolerance: float | None = None) -> Choice:
+        """`per_query_tolerance` (absolute, from a quality target) replaces the
+        relative `tolerance` of `balanced` when qualities are per query."""
         pool = cands
         note = ""
         cap_met = None
@@ -116,6 +123,12 @@ class Policy:
         elif mode == "min-energy":
             pick = min(pool, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
             why = "min-energy: fewest expected joules"
+        elif per_query_tolerance is not None:
+            floor = best_q - per_query_tolerance
+            ok = [c for c in pool if c.expected_quality >= floor - 1e-12]
+            pick = min(ok, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
+            why = (f"quality target: fewest expected joules with quality >= {floor:.3f} "
+                   f"({per_query_tolerance:.3f} below this request's best, {best_q:.3f})")
         else:
             floor = best_q * (1.0 - self.tolerance)
             ok = [c for c in pool if c.expected_quality >= floor - 1e-12]
@@ -123,6 +136,10 @@ class Policy:
             why = (f"balanced: fewest expected joules with quality >= {floor:.3f} "
                    f"({self.tolerance:.0%} below the best, {best_q:.3f})")
         return Choice(pick, why + note, tuple(cands), cap_met)
+
+    def rank(self, tier: str) -> int:
+        """A tier's place, cheapest first."""
+        return self._rank[tier]
 
     def token_caps(self, c: Candidate, max_tokens: int | None) -> tuple[int, int | None]:
         """(max_tokens, thinking_budget) for the chosen action."""

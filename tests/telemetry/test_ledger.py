@@ -226,8 +226,8 @@ def test_a_step_costs_o_running_not_o_history() -> None:
     ledger, counter, clock = make(lambda t: IDLE_W + 300.0)
     running = [ledger.open(progress=lambda i: [(0.0, 0, 0)][i:]) for _ in range(200)]
     costs = []
-    for step in range(40):
-        for _ in range(50):
+    for _ in range(40):
+        for _k in range(50):
             ledger.close(ledger.open(), [(0.0, 0, 0), (0.01, 10, 1)])
         t0 = wall.perf_counter()
         drive(ledger, counter, clock, clock.t + 0.1)

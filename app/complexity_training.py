@@ -1,0 +1,221 @@
+"""Training the per-query complexity model (`joulegate train-complexity`).
+
+Data (each cited in the report):
+- RouteLLM evaluation data (lm-sys/RouteLLM, Apache-2.0): 14,042 MMLU and
+  1,319 GSM8K questions with whether Mixtral-8x7B (weak) and GPT-4 (strong)
+  answered correctly. Label: the strong model right where the weak one was
+  wrong. MMLU prompts are cut to their question stem (the choices and
+  "Answer:" are dropped: real traffic has no such format).
+- router/data/difficulty_prompts.tsv: this project's own easy/hard labels for
+  what those sets lack (chat, writing, extraction, role-play, constraints).
+A seeded 30% of the RouteLLM items is held out: never trained on, used for
+the APGR / CPT evaluation. The hyperparameters (C = 0.1, GSM8K weight 5)
+were chosen in an exploration on a different split (seed 0).
+
+Levels: each (category, action) ability is set so the model's mean over the
+category's reference items equals the cited accuracy in the quality table.
+Quality targets: for each target, the largest per-query tolerance whose
+expected quality over the reference workload keeps the target share of
+always-large quality, with the energy of every action from operating curves.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from router.classifier import Classifier, prepare
+from router.complexity import ComplexityModel, calibrate_ability
+from router.curves import Curve
+from router.features import NAMES, difficulty_features
+from router.quality import DEFAULT_LENGTHS
+from router.training import MMLU_CATEGORY
+
+WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+STRONG = "gpt-4-1106-preview"
+TARGETS = (0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
+ROUTELLM_BEST = {"mmlu": {"apgr": 0.603, "cpt50": 0.354},
+                 "gsm8k": {"apgr": 0.622, "cpt50": 0.336}}
+
+
+@dataclass(frozen=True)
+class Item:
+    source: str  # mmlu | gsm8k | own
+    category: str
+    text: str
+    weak: bool | None  # answered correctly (None: own prompts, easy/hard only)
+    strong: bool | None
+    hard: bool
+
+
+def _stem(prompt: str) -> str:
+    m = re.search(r"\nA\. ", prompt)
+    return (prompt[:m.start()] if m else prompt.removesuffix("Answer:")).strip()
+
+
+def load_items(data: Path, own: Path) -> list[Item]:
+    items = []
+    for path in sorted((data / "routellm" / "mmlu").glob("mmlu_*.csv")):
+        subject = path.stem.removeprefix("mmlu_")
+        cat = MMLU_CATEGORY.get(subject, "knowledge")
+        with path.open(newline="") as f:
+            for r in csv.DictReader(f):
+                w, s = r[WEAK] == "True", r[STRONG] == "True"
+                items.append(Item("mmlu", cat, _stem(r["prompt"]), w, s, s and not w))
+    with (data / "routellm" / "gsm8k_responses.csv").open(newline="") as f:
+        for r in csv.DictReader(f):
+            w, s = r[WEAK] == "True", r[STRONG] == "True"
+            items.append(Item("gsm8k", "math", r["prompt"], w, s, s and not w))
+    for line in own.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            label, cat, text = line.split("\t", 2)
+            items.append(Item("own", cat, text, None, None, label == "hard"))
+    return items
+
+
+def apgr_cpt(score: np.ndarray, weak: np.ndarray, strong: np.ndarray) -> dict[str, float]:
+    """RouteLLM's metrics: route the highest-scored share of queries to the
+    strong model; PGR = (quality - weak) / (strong - weak) at each share; APGR
+    its area over shares 0..1; CPT(x) the least share reaching PGR x."""
+    order = np.argsort(-score, kind="stable")
+    w, s = weak[order].astype(float), strong[order].astype(float)
+    n = len(w)
+    quality = (np.concatenate([[0.0], np.cumsum(s)])
+               + (w.sum() - np.concatenate([[0.0], np.cumsum(w)]))) / n
+    pgr = (quality - w.mean()) / (s.mean() - w.mean())
+    area = float(np.sum((pgr[1:] + pgr[:-1]) / 2) / n)
+    return {"apgr": round(area, 4),
+            "cpt50": round(float(np.argmax(pgr >= 0.5)) / n, 4),
+            "cpt80": round(float(np.argmax(pgr >= 0.8)) / n, 4),
+            "n": n, "weak_accuracy": round(float(w.mean()), 4),
+            "strong_accuracy": round(float(s.mean()), 4)}
+
+
+def _design(clf: Classifier, items: list[Item]) -> tuple[Any, np.ndarray]:
+    union = clf._pipe.named_steps["features"]
+    text = union.transform([prepare(i.text) for i in items])
+    hand = np.array([difficulty_features(prepare(i.text)) for i in items])
+    return text, hand
+
+
+def train_complexity(data: Path, own: Path, quality: dict[str, dict[str, float]],
+                     curves: dict[str, Curve], out_dir: Path, seed: int = 1
+                     ) -> dict[str, Any]:
+    from scipy.sparse import csr_matrix, hstack
+    from sklearn.linear_model import LogisticRegression
+
+    clf = Classifier.load()
+    items = load_items(data, own)
+    rng = random.Random(seed)
+    order = list(range(len(items)))
+    rng.shuffle(order)
+    labeled = [i for i in order if items[i].source != "own"]
+    held = set(labeled[: int(0.3 * len(labeled))])
+    train_idx = [i for i in order if i not in held]
+    text, hand = _design(clf, items)
+    mean, scale = hand[train_idx].mean(axis=0), hand[train_idx].std(axis=0) + 1e-9
+    x = hstack([text, csr_matrix((hand - mean) / scale)]).tocsr()
+    y = np.array([it.hard for it in items])
+    weight = np.array([{"gsm8k": 5.0, "own": 5.0}.get(it.source, 1.0) for it in items])
+    lr = LogisticRegression(C=0.1, max_iter=5000)
+    lr.fit(x[train_idx], y[train_idx], sample_weight=weight[train_idx])
+    theta = lr.decision_function(x)
+    n_text = text.shape[1]
+    coef = lr.coef_[0]
+    abilities = _abilities(items, theta, quality)
+    model = ComplexityModel(np.ascontiguousarray(coef[:n_text]), coef[n_text:], mean, scale,
+                            float(lr.intercept_[0]), abilities)
+    held_items = sorted(held)
+    evaluation = {}
+    for source in ("mmlu", "gsm8k"):
+        idx = [i for i in held_items if items[i].source == source]
+        weak = np.array([items[i].weak for i in idx])
+        strong = np.array([items[i].strong for i in idx])
+        evaluation[source] = {**apgr_cpt(theta[idx], weak, strong),
+                              "random_apgr": 0.5, "routellm_best": ROUTELLM_BEST[source]}
+    own_idx = [i for i in order if items[i].source == "own"]
+    targets, sweep = _targets(items, held_items + own_idx, model, theta, curves)
+    report = {
+        "evaluation_held_out": evaluation,
+        "abilities": abilities,
+        "quality_targets": targets,
+        "tolerance_sweep": sweep,
+        "training_items": len(train_idx), "held_out_items": len(held_items),
+        "hand_features": list(NAMES),
+        "sources": {
+            "routellm": "lm-sys/RouteLLM evaluation data (Apache-2.0): MMLU (Hendrycks et al., "
+                        "MIT) and GSM8K (Cobbe et al., MIT) with Mixtral-8x7B / GPT-4 "
+                        "correctness",
+            "own": str(own.name) + ", written for joulegate",
+            "levels": "models.yaml quality table (Llama-3.2-1B / 3.1-8B Instruct model "
+                      "cards; Wilhelm, Wittkopp, Kao, EuroMLSys 2025)",
+        },
+        "assumptions": [
+            "one difficulty scale for every model pair (which questions are hard "
+            "transfers from Mixtral/GPT-4 to Llama 1B/8B); item-response slope 1",
+            "answers of two models independent given the difficulty",
+            "quality targets: expected quality over the reference workload (held-out "
+            "MMLU and GSM8K items and the project's own prompts), energy from the "
+            "curves at the default expected lengths",
+        ],
+        "seed": seed,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out_dir / "complexity.npz", text_coef=model.text_coef,
+                        hand_coef=model.hand_coef, hand_mean=mean, hand_scale=scale,
+                        intercept=np.array([model.intercept]))
+    (out_dir / "complexity-report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _abilities(items: list[Item], theta: np.ndarray, quality: dict[str, dict[str, float]]
+               ) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for cat, row in quality.items():
+        thetas = [float(theta[i]) for i, it in enumerate(items) if it.category == cat]
+        if not thetas:
+            thetas = [float(t) for t in theta]
+        out[cat] = {act: round(calibrate_ability(thetas, q), 4) for act, q in row.items()}
+    return out
+
+
+def _targets(items: list[Item], idx: list[int], model: ComplexityModel, theta: np.ndarray,
+             curves: dict[str, Curve]) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Per-query tolerance for each quality target, on the reference workload."""
+    rows = []
+    for i in idx:
+        it = items[i]
+        probs = {it.category: 1.0}
+        acts = list(model.abilities.get(it.category, {}))
+        q = model.qualities(float(theta[i]), probs, acts)
+        tokens = max(1, len(it.text) // 4)
+        cost = {a: curves[a.split(":")[0]].joules(tokens + (32 if a.endswith("cot") else 0),
+                                                  DEFAULT_LENGTHS[a.split(":")[1]])
+                for a in acts}
+        rows.append((q, cost))
+    sweep: list[dict[str, float]] = []
+    for tol in np.linspace(0, 0.5, 101):
+        quality = energy = large_q = large_e = 0.0
+        for q, cost in rows:
+            best = max(q.values())
+            ok = [a for a in q if q[a] >= best - tol]
+            pick = min(ok, key=lambda a: cost[a])
+            quality += q[pick]
+            energy += cost[pick]
+            large_q += q["large:direct"]
+            large_e += cost["large:direct"]
+        sweep.append({"tolerance": round(float(tol), 4),
+                      "quality_ratio": round(quality / large_q, 4),
+                      "energy_saved": round(1 - energy / large_e, 4)})
+    targets: dict[str, float] = {}
+    for target in TARGETS:
+        meeting = [row["tolerance"] for row in sweep if row["quality_ratio"] >= target]
+        targets[str(target)] = max(meeting) if meeting else 0.0
+    return targets, sweep

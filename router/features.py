@@ -1,0 +1,33 @@
+"""Difficulty features of a request's text, beyond its topic: length, numbers
+and operators, sentences, questions, quantities that imply steps. Pure and
+cheap (a few regular expressions over the bounded text)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_OPERATOR = re.compile(r"[+\-*/=^<>%$]")
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+_STEP_WORDS = re.compile(
+    r"\b(percent|half|twice|each|per|every|total|remaining|left|more than|less than|times)\b")
+
+NAMES = ("log_chars", "log_numbers", "log_operators", "questions", "log_lines",
+         "log_sentences", "log_distinct_numbers", "has_decimal", "log_step_words")
+
+
+def difficulty_features(text: str) -> list[float]:
+    """One value per NAMES entry."""
+    numbers = _NUMBER.findall(text)
+    return [
+        math.log1p(len(text)),
+        math.log1p(len(numbers)),
+        math.log1p(len(_OPERATOR.findall(text))),
+        float(text.count("?")),
+        math.log1p(text.count("\n")),
+        math.log1p(len(_SENTENCE_END.findall(text))),
+        math.log1p(len(set(numbers))),
+        float(any("." in n for n in numbers)),
+        math.log1p(len(_STEP_WORDS.findall(text.lower()))),
+    ]
