@@ -121,12 +121,9 @@ def _train_complexity(args: argparse.Namespace) -> int:
 
     from app.catalog import load_catalog
     from app.complexity_training import train_complexity
-    from router.curves import Curve
 
-    catalog = load_catalog(Path(args.models))
-    curves = {b.tier: Curve.load(catalog.path(b.curves)) for b in catalog.backends if b.curves}
-    report = train_complexity(Path(args.data), Path(args.own), dict(catalog.quality), curves,
-                              Path(args.out))
+    report = train_complexity(Path(args.data), Path(args.own),
+                              load_catalog(Path(args.models)), Path(args.out))
     print(json.dumps({k: report[k] for k in ("evaluation_held_out", "quality_targets")},
                      indent=2))
     return 0

@@ -15,8 +15,9 @@ were chosen in an exploration on a different split (seed 0).
 Levels: each (category, action) ability is set so the model's mean over the
 category's reference items equals the cited accuracy in the quality table.
 Quality targets: for each target, the largest per-query tolerance whose
-expected quality over the reference workload keeps the target share of
-always-large quality, with the energy of every action from operating curves.
+expected quality over the reference workload (app/workload.py) keeps the
+target share of always-large quality, each action priced by the router
+itself with the catalog's operating curves (the H200 ones by default).
 """
 
 from __future__ import annotations
@@ -31,16 +32,19 @@ from typing import Any
 
 import numpy as np
 
+from app.catalog import Catalog
+from app.routing import LengthBook, build_router
+from app.workload import mixed_prompts
 from router.classifier import Classifier, prepare
 from router.complexity import ComplexityModel, calibrate_ability
-from router.curves import Curve
 from router.features import NAMES, difficulty_features
-from router.quality import DEFAULT_LENGTHS
 from router.training import MMLU_CATEGORY
 
 WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG = "gpt-4-1106-preview"
 TARGETS = (0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
+REFERENCE_N = 600
+REFERENCE_SEED = 1
 ROUTELLM_BEST = {"mmlu": {"apgr": 0.603, "cpt50": 0.354},
                  "gsm8k": {"apgr": 0.622, "cpt50": 0.336}}
 
@@ -80,6 +84,14 @@ def load_items(data: Path, own: Path) -> list[Item]:
     return items
 
 
+def split(items: list[Item], seed: int = 1) -> tuple[list[int], set[int]]:
+    """(all indices shuffled, the held-out 30% of the labeled RouteLLM items)."""
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    labeled = [i for i in order if items[i].source != "own"]
+    return order, set(labeled[: int(0.3 * len(labeled))])
+
+
 def apgr_cpt(score: np.ndarray, weak: np.ndarray, strong: np.ndarray) -> dict[str, float]:
     """RouteLLM's metrics: route the highest-scored share of queries to the
     strong model; PGR = (quality - weak) / (strong - weak) at each share; APGR
@@ -105,19 +117,16 @@ def _design(clf: Classifier, items: list[Item]) -> tuple[Any, np.ndarray]:
     return text, hand
 
 
-def train_complexity(data: Path, own: Path, quality: dict[str, dict[str, float]],
-                     curves: dict[str, Curve], out_dir: Path, seed: int = 1
+def train_complexity(data: Path, own: Path, catalog: Catalog, out_dir: Path, seed: int = 1
                      ) -> dict[str, Any]:
+    """Train, evaluate on the held-out items, save; then calibrate the quality
+    targets with the router built from `catalog` (its curves price actions)."""
     from scipy.sparse import csr_matrix, hstack
     from sklearn.linear_model import LogisticRegression
 
     clf = Classifier.load()
     items = load_items(data, own)
-    rng = random.Random(seed)
-    order = list(range(len(items)))
-    rng.shuffle(order)
-    labeled = [i for i in order if items[i].source != "own"]
-    held = set(labeled[: int(0.3 * len(labeled))])
+    order, held = split(items, seed)
     train_idx = [i for i in order if i not in held]
     text, hand = _design(clf, items)
     mean, scale = hand[train_idx].mean(axis=0), hand[train_idx].std(axis=0) + 1e-9
@@ -129,7 +138,7 @@ def train_complexity(data: Path, own: Path, quality: dict[str, dict[str, float]]
     theta = lr.decision_function(x)
     n_text = text.shape[1]
     coef = lr.coef_[0]
-    abilities = _abilities(items, theta, quality)
+    abilities = _abilities(items, theta, dict(catalog.quality))
     model = ComplexityModel(np.ascontiguousarray(coef[:n_text]), coef[n_text:], mean, scale,
                             float(lr.intercept_[0]), abilities)
     held_items = sorted(held)
@@ -140,13 +149,9 @@ def train_complexity(data: Path, own: Path, quality: dict[str, dict[str, float]]
         strong = np.array([items[i].strong for i in idx])
         evaluation[source] = {**apgr_cpt(theta[idx], weak, strong),
                               "random_apgr": 0.5, "routellm_best": ROUTELLM_BEST[source]}
-    own_idx = [i for i in order if items[i].source == "own"]
-    targets, sweep = _targets(items, held_items + own_idx, model, theta, curves)
-    report = {
+    report: dict[str, Any] = {
         "evaluation_held_out": evaluation,
         "abilities": abilities,
-        "quality_targets": targets,
-        "tolerance_sweep": sweep,
         "training_items": len(train_idx), "held_out_items": len(held_items),
         "hand_features": list(NAMES),
         "sources": {
@@ -161,9 +166,10 @@ def train_complexity(data: Path, own: Path, quality: dict[str, dict[str, float]]
             "one difficulty scale for every model pair (which questions are hard "
             "transfers from Mixtral/GPT-4 to Llama 1B/8B); item-response slope 1",
             "answers of two models independent given the difficulty",
-            "quality targets: expected quality over the reference workload (held-out "
-            "MMLU and GSM8K items and the project's own prompts), energy from the "
-            "curves at the default expected lengths",
+            "quality targets: expected quality over the reference workload "
+            f"(app/workload.py, {REFERENCE_N} prompts, seed {REFERENCE_SEED}; the "
+            "benchmarks use seed 0), energy from the catalog's curves at the default "
+            "expected lengths",
         ],
         "seed": seed,
     }
@@ -171,7 +177,17 @@ def train_complexity(data: Path, own: Path, quality: dict[str, dict[str, float]]
     np.savez_compressed(out_dir / "complexity.npz", text_coef=model.text_coef,
                         hand_coef=model.hand_coef, hand_mean=mean, hand_scale=scale,
                         intercept=np.array([model.intercept]))
-    (out_dir / "complexity-report.json").write_text(json.dumps(report, indent=2) + "\n")
+    report_path = out_dir / "complexity-report.json"
+    report["quality_targets"] = {}
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    router = build_router(catalog.model_copy(update={"routing": catalog.routing.model_copy(
+        update={"complexity": str((out_dir / "complexity.npz").resolve()),
+                "lengths_file": None})}),
+        LengthBook(None))
+    assert router.model is not None, "the model just saved did not load"
+    prompts = [t for _, t in mixed_prompts(REFERENCE_N, data, seed=REFERENCE_SEED)]
+    report["quality_targets"], report["tolerance_sweep"] = _targets(router, prompts)
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -186,36 +202,43 @@ def _abilities(items: list[Item], theta: np.ndarray, quality: dict[str, dict[str
     return out
 
 
-def _targets(items: list[Item], idx: list[int], model: ComplexityModel, theta: np.ndarray,
-             curves: dict[str, Curve]) -> tuple[dict[str, float], list[dict[str, float]]]:
-    """Per-query tolerance for each quality target, on the reference workload."""
+def _targets(router: Any, prompts: list[str]
+             ) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Per-query tolerance for each quality target, on the reference workload:
+    the router's own candidates (expected quality and joules per action) for
+    every prompt, then the policy's rule (cheapest within `tolerance` of the
+    request's best) for a sweep of tolerances."""
+    from app.routes import estimate_tokens
+    from router.decision import Query
+
     rows = []
-    for i in idx:
-        it = items[i]
-        probs = {it.category: 1.0}
-        acts = list(model.abilities.get(it.category, {}))
-        q = model.qualities(float(theta[i]), probs, acts)
-        tokens = max(1, len(it.text) // 4)
-        cost = {a: curves[a.split(":")[0]].joules(tokens + (32 if a.endswith("cot") else 0),
-                                                  DEFAULT_LENGTHS[a.split(":")[1]])
-                for a in acts}
-        rows.append((q, cost))
+    for text in prompts:
+        d = router.decide(Query(text, estimate_tokens(text)))
+        rows.append([(c["expected_quality"], c["expected_joules"], c["tier"], c["strategy"])
+                     for c in d.candidates])
     sweep: list[dict[str, float]] = []
     for tol in np.linspace(0, 0.5, 101):
         quality = energy = large_q = large_e = 0.0
-        for q, cost in rows:
-            best = max(q.values())
-            ok = [a for a in q if q[a] >= best - tol]
-            pick = min(ok, key=lambda a: cost[a])
-            quality += q[pick]
-            energy += cost[pick]
-            large_q += q["large:direct"]
-            large_e += cost["large:direct"]
+        for cands in rows:
+            best = max(c[0] for c in cands)
+            pick = min((c for c in cands if c[0] >= best - tol - 1e-12), key=lambda c: c[1])
+            large = next(c for c in cands if c[2] == router.policy_tiers()[1]
+                         and c[3] == "direct")
+            quality += pick[0]
+            energy += pick[1]
+            large_q += large[0]
+            large_e += large[1]
         sweep.append({"tolerance": round(float(tol), 4),
                       "quality_ratio": round(quality / large_q, 4),
                       "energy_saved": round(1 - energy / large_e, 4)})
     targets: dict[str, float] = {}
     for target in TARGETS:
-        meeting = [row["tolerance"] for row in sweep if row["quality_ratio"] >= target]
-        targets[str(target)] = max(meeting) if meeting else 0.0
+        # The largest tolerance below which every tolerance meets the target
+        # (the sweep is noisy: a later isolated point that meets it is not used).
+        tol = 0.0
+        for row in sweep:
+            if row["quality_ratio"] < target:
+                break
+            tol = row["tolerance"]
+        targets[str(target)] = tol
     return targets, sweep

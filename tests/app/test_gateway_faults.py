@@ -242,3 +242,15 @@ def test_openapi_declares_every_body(gw: RunningGateway) -> None:
         assert "model" in schema["properties"]
         assert {"400", "429", "503"} <= set(op["responses"])
     assert "Message" in doc["components"]["schemas"] and "Error" in doc["components"]["schemas"]
+
+
+def test_route_shows_complexity_candidates_and_target(gw: RunningGateway) -> None:
+    body = {"model": "auto", "messages": MSG}
+    d = httpx.post(gw.v1 + "/route", json=body,
+                   headers={"x-joulegate-quality-target": "0.9"}).json()
+    assert 0 <= d["complexity"] <= 1 and d["quality_target"] == 0.9
+    assert len(d["candidates"]) == 4
+    assert set(d["candidates"][0]) == {"tier", "backend", "strategy", "expected_quality",
+                                       "expected_joules", "completion_tokens"}
+    bad = httpx.post(gw.v1 + "/route", json=body, headers={"x-joulegate-quality-target": "2"})
+    assert_envelope(bad, 400)
