@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Prepare what bench/run_h200.sh carries to the GPU machine, which has no network:
+#   .whl/                 wheels for the device's Python 3.12 (x86_64) of the packages
+#                         its image lacks, at the versions this checkout's venv runs
+#   .llama/llama-src.tgz  the llama.cpp sources of the pinned llama-cpp-python sdist,
+#                         trimmed (no models, docs, tests, benches)
+#   .data/                the ../shared/data files the benchmarks read
+#
+#   bash bench/prepare_h200.sh        # after `make test` (or `make llama-server`)
+# then, through the device tool: carry [".whl", ".llama", ".data"] and run
+#   JOULEGATE_COMMIT=<hash> bash bench/run_h200.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+pkgs=(fastapi starlette pydantic pydantic-core pydantic-settings python-dotenv annotated-types
+      typing-inspection typing-extensions uvicorn h11 httptools gguf click scikit-learn joblib
+      threadpoolctl)
+specs=$($PY - "${pkgs[@]}" <<'PYEOF'
+import sys
+from importlib.metadata import version
+print(" ".join(f"{p}=={version(p)}" for p in sys.argv[1:]))
+PYEOF
+)
+rm -rf .whl && mkdir -p .whl
+# shellcheck disable=SC2086
+$PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --abi cp312 --abi abi3 --abi none --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 --platform any \
+  -d .whl $specs
+bash workers/build_llama_server.sh >/dev/null   # fetches and unpacks the sdist if needed
+src="${JOULEGATE_CACHE:-$HOME/.cache/joulegate}/src-${LLAMA_CPP_PYTHON_VERSION:-0.3.36}/vendor"
+rm -rf .llama && mkdir -p .llama
+tar czf .llama/llama-src.tgz -C "$src" --exclude=llama.cpp/models --exclude=llama.cpp/docs \
+  --exclude=llama.cpp/tests --exclude=llama.cpp/benches --exclude=llama.cpp/media \
+  --exclude=llama.cpp/.git llama.cpp
+data="${JOULEGATE_DATA:-../shared/data}"
+rm -rf .data && mkdir -p .data/mmlu
+cp -r "$data/gsm8k" "$data/arena-hard" "$data/routellm" .data/
+cp -r "$data/mmlu/test" .data/mmlu/
+du -sh .whl .llama .data
