@@ -35,6 +35,6 @@ tar czf .llama/llama-src.tgz -C "$src" --exclude=llama.cpp/models --exclude=llam
   --exclude=llama.cpp/.git llama.cpp
 data="${JOULEGATE_DATA:-../shared/data}"
 rm -rf .data && mkdir -p .data/mmlu
-cp -r "$data/gsm8k" "$data/arena-hard" "$data/routellm" .data/
+cp -r "$data/gsm8k" "$data/arena-hard" .data/
 cp -r "$data/mmlu/test" .data/mmlu/
 du -sh .whl .llama .data
