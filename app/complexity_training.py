@@ -239,8 +239,8 @@ def _targets(router: Any, prompts: list[str]
     the router's own candidates (expected quality and joules per action) for
     every prompt, then the policy's rule (cheapest within `tolerance` of the
     request's best) for a sweep of tolerances."""
-    from app.routes import estimate_tokens
     from router.decision import Query
+    from router.features import estimate_tokens
 
     rows = []
     for text in prompts:

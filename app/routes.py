@@ -31,6 +31,7 @@ from app.requests import (
 )
 from app.splice import forward_spliced
 from router.decision import POLICIES, Decision, Policy, Query, Unroutable
+from router.features import conversation_text, estimate_tokens
 from router.rewrite import rewrite_chat
 from telemetry.metrics import CONTENT_TYPE, Metrics
 
@@ -88,21 +89,6 @@ BodyFor = Callable[[Decision, Backend], dict[str, Any]]
 def _gw(request: Request) -> Gateway:
     gw: Gateway = request.app.state.gateway
     return gw
-
-
-def conversation_text(messages: list[Any]) -> str:
-    """The conversation as the router reads it: the last user turn, repeated
-    twice so it weighs most, after the earlier turns."""
-    texts = [message_text(m.content) for m in messages]
-    last_user = next(
-        (message_text(m.content) for m in reversed(messages) if m.role == "user"), "")
-    return "\n".join([*texts, last_user, last_user])
-
-
-def estimate_tokens(text: str) -> int:
-    # ~4 characters a token for English with Llama-3 tokenizers; corrected
-    # from the worker's usage when the request ends.
-    return max(1, len(text) // 4)
 
 
 def _quality_target(request: Request) -> float | None:
@@ -256,7 +242,7 @@ async def _chat_query(request: Request, gw: Gateway
         raise bad_request(f"Content parts of type '{kind}' are not supported by any worker",
                           "messages", "unsupported_content")
     policy, max_j = _policy(request, gw.default_policy)
-    text = conversation_text(req.messages)
+    text = conversation_text([(m.role, message_text(m.content)) for m in req.messages])
     limit = req.token_limit
     needs = Needs(vision="image_url" in kinds, tokens=limit)
     q = Query(text, estimate_tokens(text), limit, policy, max_j,

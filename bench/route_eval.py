@@ -24,10 +24,10 @@ import numpy as np
 
 from app.catalog import load_catalog
 from app.complexity_training import ROUTELLM_BEST, apgr_cpt, load_items, split
-from app.routes import estimate_tokens
 from app.routing import LengthBook, build_router
 from bench.workload import MIX, mixed_prompts
 from router.decision import Query
+from router.features import estimate_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("JOULEGATE_DATA", ROOT.parent / "shared" / "data"))

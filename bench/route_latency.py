@@ -17,25 +17,23 @@ from collections import Counter
 from pathlib import Path
 
 from app.catalog import load_catalog
-from app.routes import conversation_text, estimate_tokens
 from app.routing import LengthBook, build_router
 from bench.workload import MIX, mixed_prompts
 from router.decision import Query
+from router.features import conversation_text, estimate_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def conversation(tokens: int) -> str:
-    from app.requests import Message
-
     turn = ("Could you look at this function and explain why the cache misses so often "
             "when the keys are tuples of floats, and suggest a fix? ")
-    msgs = []
-    while estimate_tokens(" ".join(m.content or "" for m in msgs)) < tokens:  # type: ignore[misc]
-        msgs.append(Message(role="user", content=turn * 3))
-        msgs.append(Message(role="assistant", content="Here is what happens: " + turn * 3))
-    msgs.append(Message(role="user", content="Thanks. Now write the unit tests for it."))
-    return conversation_text(msgs)
+    turns: list[tuple[str, str]] = []
+    while estimate_tokens(" ".join(t for _, t in turns)) < tokens:
+        turns.append(("user", turn * 3))
+        turns.append(("assistant", "Here is what happens: " + turn * 3))
+    turns.append(("user", "Thanks. Now write the unit tests for it."))
+    return conversation_text(turns)
 
 
 def main() -> None:

@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 from app.catalog import load_catalog
-from app.routes import estimate_tokens
 from app.routing import LengthBook, build_router
 from bench.workload import mixed_prompts
 from router.decision import Query
+from router.features import estimate_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 TOLERANCES = [0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5]

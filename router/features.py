@@ -13,6 +13,19 @@ _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _STEP_WORDS = re.compile(
     r"\b(percent|half|twice|each|per|every|total|remaining|left|more than|less than|times)\b")
 
+def conversation_text(turns: list[tuple[str, str]]) -> str:
+    """The conversation as the router reads it, from (role, text) turns: the
+    last user turn, repeated twice so it weighs most, after the earlier turns."""
+    last_user = next((text for role, text in reversed(turns) if role == "user"), "")
+    return "\n".join([*(text for _, text in turns), last_user, last_user])
+
+
+def estimate_tokens(text: str) -> int:
+    """~4 characters a token for English with Llama-3 tokenizers; corrected from
+    the worker's usage when the request ends."""
+    return max(1, len(text) // 4)
+
+
 NAMES = ("log_chars", "log_numbers", "log_operators", "questions", "log_lines",
          "log_sentences", "log_distinct_numbers", "has_decimal", "log_step_words")
 
