@@ -70,14 +70,16 @@ class Router:
                         None)
         joules = f"{c.expected_joules:.1f} J" if c.expected_joules is not None else "no curve"
         judged = f"complexity {cx:.2f}; " if cx is not None else ""
+        running = q.concurrency.get(c.spec.backend, 0)
+        batch = f" (marginal: joins a batch of {running})" if running else ""
         return Decision(
             tier=c.spec.tier, backend=c.spec.backend, strategy=c.spec.strategy,  # type: ignore[arg-type]
             max_tokens=max_tokens, thinking_budget=budget, category=category,
             category_probabilities={k: round(v, 4) for k, v in probs.items()},
             expected_joules=c.expected_joules, expected_quality=round(c.expected_quality, 4),
             policy=q.policy,
-            reason=f"{category} ({probs[category]:.0%}); {judged}{c.spec.key} at {joules}, "
-                   f"quality {c.expected_quality:.3f}; {choice.reason}",
+            reason=f"{category} ({probs[category]:.0%}); {judged}{c.spec.key} at {joules}"
+                   f"{batch}, quality {c.expected_quality:.3f}; {choice.reason}",
             baseline_joules=baseline, degraded=degraded, joule_cap_met=choice.cap_met,
             complexity=None if cx is None else round(cx, 4),
             quality_target=target if q.policy == "balanced" else None,
