@@ -71,7 +71,7 @@ class Router:
         joules = f"{c.expected_joules:.1f} J" if c.expected_joules is not None else "no curve"
         judged = f"complexity {cx:.2f}; " if cx is not None else ""
         running = q.concurrency.get(c.spec.backend, 0)
-        batch = f" (marginal: joins a batch of {running})" if running else ""
+        batch = f" (joins a batch of {running})" if running else ""
         return Decision(
             tier=c.spec.tier, backend=c.spec.backend, strategy=c.spec.strategy,  # type: ignore[arg-type]
             max_tokens=max_tokens, thinking_budget=budget, category=category,

@@ -61,18 +61,6 @@ class Caps:
     thinking_budget: int = 512
 
 
-def marginal_joules(curve: Curve, prompt: float, completion: float, n: int) -> float:
-    """What one more request adds to a backend already running n - 1: the
-    batch's total at n minus its total at n - 1 (the curves give joules per
-    request at a concurrency). Joining a busy batch can cost far less than a
-    request alone; for an idle backend it is the request's own cost."""
-    if n <= 1:
-        return curve.joules(prompt, completion, 1)
-    total = n * curve.joules(prompt, completion, n)
-    before = (n - 1) * curve.joules(prompt, completion, n - 1)
-    return max(0.0, total - before)
-
-
 def _cost(c: Candidate, rank: Mapping[str, int]) -> float:
     # Without a curve, fall back to the tier order (cheapest first in models.yaml).
     return c.expected_joules if c.expected_joules is not None else 1e12 * (1 + rank[c.spec.tier])
@@ -104,7 +92,12 @@ class Policy:
             curve = self.curves.get(a.backend)
             n = concurrency.get(a.backend, 0) + 1
             extra = COT_PROMPT_TOKENS if a.strategy == "cot" and not a.reasoning else 0
-            joules = marginal_joules(curve, prompt_tokens + extra, tokens, n) if curve else None
+            # Per-request joules at the concurrency it would run in. Pricing the
+            # marginal joules of joining a batch instead (n J(n) - (n-1) J(n-1))
+            # was measured on the H200 and cost more: it fills both models at
+            # once, and two models on one GPU slow each other
+            # (bench/results/gpu-routing-marginal.json).
+            joules = curve.joules(prompt_tokens + extra, tokens, n) if curve else None
             q = quality[a.key] if quality is not None and a.key in quality \
                 else self.quality.expected(probs, a.key)
             out.append(Candidate(a, q, joules, tokens))

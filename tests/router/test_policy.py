@@ -88,28 +88,3 @@ def test_lengths_learn_from_traffic() -> None:
     assert lengths.expected({"chat": 1.0}, "small:direct") == pytest.approx(20)
     again = ExpectedLengths.from_json(lengths.to_json())
     assert again.expected({"chat": 1.0}, "small:direct") == pytest.approx(20)
-
-
-def test_joining_a_busy_batch_costs_its_marginal_joules() -> None:
-    from router.policy import marginal_joules
-
-    c = Curve("b", "gpu0", "test", "m", "nvml", "today",
-              (10.0, 0.0, 100.0, 0.0, 1000.0, 0.0, 0.0))  # 10 + 100 C + 1000 C / n
-    alone = marginal_joules(c, 100, 100, 1)
-    joining = marginal_joules(c, 100, 100, 9)
-    assert alone == pytest.approx(c.joules(100, 100, 1))
-    assert joining == pytest.approx(9 * c.joules(100, 100, 9) - 8 * c.joules(100, 100, 8))
-    assert joining < c.joules(100, 100, 9) < alone
-
-
-def test_a_busy_large_batch_beats_waking_the_idle_small_model() -> None:
-    small = Curve("s", "gpu0", "test", "m", "nvml", "today",
-                  (0.0, 0.0, 100.0, 0.0, 1000.0, 0.0, 0.0))
-    large = Curve("l", "gpu0", "test", "m", "nvml", "today",
-                  (0.0, 0.0, 300.0, 0.0, 4000.0, 0.0, 0.0))
-    p = Policy(ACTIONS[::2], QUALITY, ExpectedLengths(), {"s": small, "l": large},
-               ["small", "large"])
-    probs = {"chat": 1.0}
-    idle = p.choose(p.candidates(probs, 20, None, {}), "min-energy", None)
-    busy = p.choose(p.candidates(probs, 20, None, {"l": 8}), "min-energy", None)
-    assert idle.chosen.spec.tier == "small" and busy.chosen.spec.tier == "large"
