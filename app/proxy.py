@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from app import sse
 from app.assemble import Assembler
@@ -54,8 +55,10 @@ class Proxy:
         if ex.response.status != 200:
             return await self.upstream_error(ex, headers)
         if ex.fw.stream:
+            # The background task ends the exchange even if the client left before
+            # the stream was ever iterated (the generator's own exit never ran).
             return StreamingResponse(self._stream(ex), media_type="text/event-stream",
-                                     headers=headers)
+                                     headers=headers, background=BackgroundTask(ex.end))
         return await self._collect_watched(ex, headers)
 
     async def begin(self, fw: Forward, count: bool = True) -> Exchange:
