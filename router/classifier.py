@@ -77,17 +77,17 @@ def word_terms(text: str, token: re.Pattern[str]) -> list[str]:
 
 
 def char_terms(text: str, lo: int = 2, hi: int = 4) -> list[str]:
-    """scikit-learn's `char_wb` n-grams of char_view(text)."""
+    """scikit-learn's `char_wb` n-grams of char_view(text): every n-gram of
+    " word " for n = lo..hi shorter than it, and the padded word itself once
+    when it is no longer than hi."""
     out: list[str] = []
-    extend = out.extend
     for word in _SPACES.sub(" ", char_view(text)).split():
         w = f" {word} "
         size = len(w)
-        for n in range(lo, hi + 1):
-            if size <= n:  # a short word counts once, as in scikit-learn
-                out.append(w)
-                break
-            extend(w[i:i + n] for i in range(size - n + 1))
+        for n in range(lo, min(hi, size - 1) + 1):
+            out += [w[i:i + n] for i in range(size - n + 1)]
+        if size <= hi:
+            out.append(w)
     return out
 
 
