@@ -107,7 +107,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     import json
 
-    from router.training import train
+    from app.training import train
 
     report = train(Path(args.data), Path(args.own), Path(args.out),
                    check=Path(args.check) if args.check else None)

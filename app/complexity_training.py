@@ -36,11 +36,11 @@ import numpy as np
 
 from app.catalog import Catalog
 from app.routing import LengthBook, build_router
+from app.training import MMLU_CATEGORY
 from app.workload import mixed_prompts
 from router.classifier import Classifier, prepare
 from router.complexity import ComplexityModel, calibrate_ability
 from router.features import NAMES, difficulty_features
-from router.training import MMLU_CATEGORY
 
 WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG = "gpt-4-1106-preview"

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import yaml
 
+from app.training import MMLU_CATEGORY
 from router.rewrite import COT_INSTRUCTION
-from router.training import MMLU_CATEGORY
 
 LETTERS = "ABCD"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.training import _own, _split, _weights, load_examples
 from router.classifier import Classifier
-from router.training import _own, _split, _weights, load_examples
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from router.augment import templated
+from app.augment import templated
 from router.classifier import CATEGORIES, Classifier, build_pipeline, prepare
 
 MMLU_CATEGORY: dict[str, str] = {}
@@ -204,9 +204,9 @@ def train(data: Path, own: Path, out_dir: Path, seed: int = 0,
             "gsm8k": "Cobbe et al., Training Verifiers to Solve Math Word Problems (MIT); "
                      "600 train questions",
             "arena-hard": "lmarena/arena-hard-auto v0.1 questions (Apache-2.0); clusters "
-                          "mapped to categories by router/training.py CLUSTER_RULES",
+                          "mapped to categories by app/training.py CLUSTER_RULES",
             "own": "router/data/own_prompts.tsv, written for joulegate",
-            "template": "router/augment.py: templated writing, extraction, code and chat "
+            "template": "app/augment.py: templated writing, extraction, code and chat "
                         "prompts filled with passages and topics from every domain",
         },
         "seed": seed,
