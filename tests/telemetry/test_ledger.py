@@ -232,7 +232,10 @@ def test_a_step_costs_o_running_not_o_history() -> None:
         t0 = wall.perf_counter()
         drive(ledger, counter, clock, clock.t + 0.1)
         costs.append(wall.perf_counter() - t0)
-    assert max(costs[-10:]) < 5 * max(0.002, sorted(costs)[len(costs) // 2])
+    # The last steps cost about what the first ones did (history does not
+    # accumulate); generous bounds: this is wall time on a shared machine.
+    first, last = sorted(costs[:10])[5], sorted(costs[-10:])[5]
+    assert last < 3 * max(first, 0.005)
     for wid in running:
         ledger.close(wid, [])
     drive(ledger, counter, clock, clock.t + 2.0)
