@@ -148,33 +148,18 @@ class Exchange:
         """The worker's events as they arrive. The usage event is held back in
         `usage_event` (energy is added at the end); the response's `model` is
         the configured name; a worker's error event is put in the OpenAI
-        envelope; the loop guard may stop the generation."""
+        envelope; the loop guard may stop the generation. A last event the
+        worker did not end with a blank line is passed on too."""
         assert self.response is not None
         guard = guard or LoopGuard()
         splitter = sse.EventSplitter()
-        prompt_guess = self.fw.prompt_tokens_estimate
         async for chunk in self.response.chunks():
             for event in splitter.feed(chunk):
-                obj = sse.event_json(event)
-                if obj is None:
-                    if sse.is_passable(event):
-                        yield event, None
+                out = self._take(event)
+                if out is None:
                     continue
-                if obj.get("usage") and not obj.get("choices"):
-                    self.usage_event = obj
-                    continue
-                if "error" in obj:
-                    self.status = "upstream_error_event"
-                    err = _error_envelope(obj["error"])
-                    yield sse.encode(err), err
-                    continue
-                text = chunk_text(obj)
-                if text:
-                    self.decode += 1
-                    self.timeline.mark(prompt_guess, self.decode)
-                    self._last = obj
-                yield self._renamed(event, obj), obj
-                if guard.feed(text):
+                yield out[0], out[1]
+                if guard.feed(out[2]):
                     break
             if guard.period is not None:
                 self.status = "loop_stopped"
@@ -183,6 +168,31 @@ class Exchange:
                 last = self.last_chunk()
                 yield sse.encode(last), last
                 return
+        tail = splitter.rest().rstrip(b"\r\n")
+        if tail.strip():
+            out = self._take(tail + b"\n\n")
+            if out is not None:
+                yield out[0], out[1]
+
+    def _take(self, event: bytes) -> tuple[bytes, dict[str, Any] | None, str] | None:
+        """One worker event: what to pass on (bytes, its JSON, its text), or None
+        for what is held back or dropped. Counts tokens as they come."""
+        obj = sse.event_json(event)
+        if obj is None:
+            return (event, None, "") if sse.is_passable(event) else None
+        if obj.get("usage") and not obj.get("choices"):
+            self.usage_event = obj
+            return None
+        if "error" in obj:
+            self.status = "upstream_error_event"
+            err = _error_envelope(obj["error"])
+            return sse.encode(err), err, ""
+        text = chunk_text(obj)
+        if text:
+            self.decode += 1
+            self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)
+            self._last = obj
+        return self._renamed(event, obj), obj, text
 
     def renamed(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` with the configured model name (workers report file paths)."""

@@ -254,3 +254,14 @@ def test_route_shows_complexity_candidates_and_target(gw: RunningGateway) -> Non
                                        "expected_joules", "completion_tokens"}
     bad = httpx.post(gw.v1 + "/route", json=body, headers={"x-joulegate-quality-target": "2"})
     assert_envelope(bad, 400)
+
+
+def test_last_event_without_a_blank_line_is_not_lost(gw: RunningGateway,
+                                                     fakes: FakeWorkers) -> None:
+    async def unterminated(request: httpx.Request) -> httpx.Response:
+        body = sse_answer(2, prompt_tokens=11).removesuffix(b"data: [DONE]\n\n")
+        return httpx.Response(200, content=body.rstrip(b"\n"))
+    fakes.behaviour[SMALL] = unterminated
+    r = chat(gw, {"model": "small", "messages": MSG})
+    assert r.status_code == 200
+    assert r.json()["usage"]["prompt_tokens"] == 11  # the worker's, from its last event
