@@ -85,7 +85,7 @@ class ReplicaPool:
         picked = self._pick(backend, exclude)
         if picked is not None:
             return self._take(picked)
-        if not self.backend_available(backend, exclude):
+        if not self.backend_up(backend, exclude):
             raise NoReplica(backend, self.retry_after_s(backend))
         queue = self._queues[backend]
         if len(queue) >= self._states[backend][0].backend.max_queue:
@@ -148,14 +148,12 @@ class ReplicaPool:
                         s.breaker.state)
 
     # -- views ------------------------------------------------------------
-    def backend_available(self, backend: str, exclude: Collection[int] = ()) -> bool:
-        """Some replica's breaker lets requests through (full or not)."""
+    def backend_up(self, backend: str, exclude: Collection[int] = ()) -> bool:
+        """Some replica (not one of `exclude`) whose breaker lets requests
+        through, full or not."""
         now = self._clock()
         return any(s.breaker.available(now) or s.breaker.trial
                    for s in self._states[backend] if s.order not in exclude)
-
-    def backend_up(self, backend: str) -> bool:
-        return self.backend_available(backend)
 
     def backend_saturated(self, backend: str) -> bool:
         """Every replica full and the queue full: a new request would be refused."""
@@ -184,11 +182,6 @@ class ReplicaPool:
 
     def tier_up(self, tier: str) -> bool:
         return any(self.backend_up(b.name) for b in self._catalog.backends_of(tier))
-
-    def healthy_backend(self, tier: str) -> Backend | None:
-        """The first backend of the tier with a healthy replica (models.yaml order)."""
-        backends = self._catalog.backends_of(tier)
-        return next((b for b in backends if self.backend_up(b.name)), None)
 
     def outstanding(self) -> dict[str, int]:
         return {name: sum(s.outstanding for s in states) for name, states in self._states.items()}

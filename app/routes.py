@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
@@ -74,13 +74,23 @@ class Needs:
     vision: bool = False
     tokens: int | None = None  # max_tokens asked for
 
-    def unmet_by(self, b: Backend) -> str | None:
+    def unmet_by(self, b: Backend) -> ApiError | None:
+        """The 400 for sending this request to `b`, or None when `b` can take it."""
         if self.vision and not b.vision:
-            return f"model '{b.name}' does not accept image input"
+            return bad_request(f"model '{b.name}' does not accept image input", "messages")
         if self.tokens is not None and self.tokens > b.context_tokens:
-            return (f"max_tokens ({self.tokens}) exceeds the context of model '{b.name}' "
-                    f"({b.context_tokens} tokens)")
+            return bad_request(f"max_tokens ({self.tokens}) exceeds the context of model "
+                               f"'{b.name}' ({b.context_tokens} tokens)", "max_tokens")
         return None
+
+    def fitting(self, backends: list[Backend]) -> list[Backend]:
+        """The backends that can take the request; the last one's 400 when none can."""
+        fits = [b for b in backends if self.unmet_by(b) is None]
+        if not fits:
+            refusal = self.unmet_by(backends[-1])
+            assert refusal is not None
+            raise refusal
+        return fits
 
 
 BodyFor = Callable[[Decision, Backend], dict[str, Any]]
@@ -131,10 +141,7 @@ def _forced(gw: Gateway, model: str, q: Query, needs: Needs) -> Decision | None:
     A tier takes the first of its backends that can take the request now."""
     backend: Backend | None
     if model in gw.catalog.tiers:
-        fits = [b for b in gw.catalog.backends_of(model) if needs.unmet_by(b) is None]
-        if not fits:
-            raise bad_request(str(needs.unmet_by(gw.catalog.backends_of(model)[0])),
-                              "max_tokens" if needs.tokens else "messages")
+        fits = needs.fitting(gw.catalog.backends_of(model))
         accepting = gw.pool.accepting()
         backend = next((b for b in fits
                         if b.name in accepting and b.name not in q.unavailable), None)
@@ -147,7 +154,7 @@ def _forced(gw: Gateway, model: str, q: Query, needs: Needs) -> Decision | None:
         backend = gw.catalog.backend(model) or next(
             (b for b in gw.catalog.backends if b.model == model), None)
         if backend is not None and (unmet := needs.unmet_by(backend)) is not None:
-            raise bad_request(unmet, "max_tokens" if needs.tokens else "messages")
+            raise unmet
     if backend is None:
         return None
     return Decision(
@@ -159,19 +166,18 @@ def _forced(gw: Gateway, model: str, q: Query, needs: Needs) -> Decision | None:
 def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs()) -> Decision:
     """The decision for a request; `q.unavailable` backends are avoided."""
     if model in ("auto", gw.catalog.defaults.model):
-        unfit = {b.name for b in gw.catalog.backends if needs.unmet_by(b) is not None}
-        if len(unfit) == len(gw.catalog.backends):
-            raise bad_request(str(needs.unmet_by(gw.catalog.backends[-1])),
-                              "max_tokens" if needs.tokens else "messages")
+        fits = {b.name for b in needs.fitting(gw.catalog.backends)}
+        unfit = {b.name for b in gw.catalog.backends} - fits
         down = {b.name for b in gw.catalog.backends} - gw.pool.accepting()
         start = time.perf_counter()
         try:
             d = gw.router.decide(replace(q, concurrency=gw.pool.outstanding(),
                                          unavailable=q.unavailable | down | unfit))
         except Unroutable:
+            full = not down - saturated(gw)  # every backend is up but full
             gw.metrics.request("none", "none", "auto", "none",
-                               "overloaded" if not down - saturated(gw) else "no_worker")
-            if not down - saturated(gw):  # every backend is up but full
+                               "overloaded" if full else "no_worker")
+            if full:
                 raise overloaded("every backend", gw.pool.load()) from None
             raise no_healthy_worker("any", min(
                 gw.pool.retry_after_s(b.name) for b in gw.catalog.backends)) from None
@@ -213,12 +219,8 @@ def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path
 
     return Forward(path, body, d, "auto" if d.routed else "forced", stream, wants_usage,
                    q.prompt_tokens, received, model_name=backend.model,
-                   disconnected=_disconnected(request),
+                   disconnected=request.is_disconnected,
                    fallback=fallback if reroutable else None)
-
-
-def _disconnected(request: Request) -> Callable[[], Awaitable[bool]]:
-    return request.is_disconnected
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any]:
