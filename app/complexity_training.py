@@ -238,27 +238,29 @@ def _targets(router: Any, prompts: list[str]
     """Per-query tolerance for each quality target, on the reference workload:
     the router's own candidates (expected quality and joules per action) for
     every prompt, then the policy's rule (cheapest within `tolerance` of the
-    request's best) for a sweep of tolerances."""
+    request's best, fewer joules first, then better quality: as Policy.choose)
+    for a sweep of tolerances."""
     from router.decision import Query
     from router.features import estimate_tokens
 
-    rows = []
+    rows = []  # per prompt: its best quality, and (quality, joules) of every action
+    large_q = large_e = 0.0  # always-large, direct
     for text in prompts:
         d = router.decide(Query(text, estimate_tokens(text)))
-        rows.append([(c["expected_quality"], c["expected_joules"], c["tier"], c["strategy"])
-                     for c in d.candidates])
+        cands = [(c["expected_quality"], c["expected_joules"]) for c in d.candidates]
+        rows.append((max(q for q, _ in cands), cands))
+        large = next(c for c in d.candidates
+                     if c["tier"] == router.tiers[1] and c["strategy"] == "direct")
+        large_q += large["expected_quality"]
+        large_e += large["expected_joules"]
     sweep: list[dict[str, float]] = []
     for tol in np.linspace(0, 0.5, 101):
-        quality = energy = large_q = large_e = 0.0
-        for cands in rows:
-            best = max(c[0] for c in cands)
-            pick = min((c for c in cands if c[0] >= best - tol - 1e-12), key=lambda c: c[1])
-            large = next(c for c in cands if c[2] == router.policy_tiers()[1]
-                         and c[3] == "direct")
+        quality = energy = 0.0
+        for best, cands in rows:
+            pick = min((c for c in cands if c[0] >= best - tol - 1e-12),
+                       key=lambda c: (c[1], -c[0]))
             quality += pick[0]
             energy += pick[1]
-            large_q += large[0]
-            large_e += large[1]
         sweep.append({"tolerance": round(float(tol), 4),
                       "quality_ratio": round(quality / large_q, 4),
                       "energy_saved": round(1 - energy / large_e, 4)})

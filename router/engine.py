@@ -40,6 +40,8 @@ class Router:
         self._baseline_tier = baseline_tier
         self.model = model
         self.targets = targets
+        # The cheapest tier and the largest: complexity compares their direct answers.
+        self.tiers = (min({a.tier for a in policy.actions}, key=policy.rank), baseline_tier)
 
     def decide(self, q: Query) -> Decision:
         feats = self.classifier.features(q.text)
@@ -52,7 +54,7 @@ class Router:
         if self.model is not None:
             theta = self.model.theta(feats, q.text)
             quality = self.model.qualities(theta, probs, [a.key for a in self.policy.actions])
-            small, large = (quality.get(f"{t}:direct") for t in (self.policy_tiers()))
+            small, large = (quality.get(f"{t}:direct") for t in self.tiers)
             if small is not None and large is not None:
                 cx = complexity(small, large)
             target = q.quality_target or self.targets.default_target
@@ -85,11 +87,6 @@ class Router:
             quality_target=target if q.policy == "balanced" else None,
             candidates=tuple(_describe(x) for x in cands),
         )
-
-    def policy_tiers(self) -> tuple[str, str]:
-        """The cheapest and the largest tier."""
-        tiers = sorted({a.tier for a in self.policy.actions}, key=self.policy.rank)
-        return tiers[0], self._baseline_tier
 
     def _next_best(self, ideal: Choice, q: Query, tolerance: float | None
                    ) -> tuple[Choice, str]:
