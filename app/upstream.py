@@ -31,6 +31,7 @@ import aiohttp
 import httpx
 
 UpstreamErrorKind = Literal["unavailable", "reset", "timeout", "broken"]
+MAX_CONNECTIONS = 1024  # to all workers together
 FRESH = "joulegate.fresh"  # request extension: use a new connection, not a pooled one
 
 
@@ -150,11 +151,11 @@ def make_client(transport: Literal["aiohttp", "httpx"], connect_s: float,
     keepalive_s stays below llama-server's 5 s keep-alive so that the gateway,
     not the worker, usually closes an idle connection."""
     timeout = httpx.Timeout(connect=connect_s, read=None, write=None, pool=None)
-    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256,
-                          keepalive_expiry=keepalive_s)
     if transport == "aiohttp":
-        return httpx.AsyncClient(transport=AiohttpTransport(1024, keepalive_s),
+        return httpx.AsyncClient(transport=AiohttpTransport(MAX_CONNECTIONS, keepalive_s),
                                  timeout=timeout)
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=256,
+                          keepalive_expiry=keepalive_s)
     return httpx.AsyncClient(timeout=timeout, limits=limits)
 
 
