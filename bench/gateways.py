@@ -28,9 +28,9 @@ from typing import Any
 import yaml
 
 from app.embedded import free_port
-from workers.local import ROOT, wait_healthy
+from bench.process import rss_mb
+from workers.local import CACHE, ROOT, wait_healthy
 
-CACHE = Path(os.environ.get("JOULEGATE_CACHE", Path.home() / ".cache" / "joulegate"))
 ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "fixed",
           "choices": [{"index": 0, "finish_reason": "stop",
                        "message": {"role": "assistant", "content": "Paris."}}],
@@ -130,13 +130,6 @@ def _joulegate(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
                             stdout=(work / "joulegate.log").open("wb"), stderr=subprocess.STDOUT)
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=10)
@@ -183,7 +176,7 @@ def main() -> None:
                 bearer = LITELLM_KEY if name.startswith("LiteLLM") else None
                 results["runs"][key] = _wrk(url, connections, args.seconds, body, work, bearer)
                 print(key, results["runs"][key], flush=True)
-        results["joulegate_rss_mb"] = round(_rss_mb(procs[0].pid), 1)
+        results["joulegate_rss_mb"] = round(rss_mb(procs[0].pid), 1)
         floor = results["runs"]["nginx direct c=1"]["p50_ms"]
         results["added_p50_ms_c1"] = {
             name: round(results["runs"][f"{name} c=1"]["p50_ms"] - floor, 3)

@@ -31,6 +31,7 @@ import aiohttp
 import yaml
 
 from app.embedded import free_port
+from bench.process import cpu_s, rss_mb
 from workers.local import ROOT, WorkerSpec, llama_server, start_worker, stop, wait_healthy
 
 CLIENT_TIMEOUT_S = 120.0
@@ -44,18 +45,6 @@ def _catalog(small: int, large: int) -> dict[str, Any]:
         b["curves"] = str(ROOT / b["curves"])
     shipped["routing"]["lengths_file"] = None
     return dict(shipped)
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -171,7 +160,7 @@ def main() -> None:
                               "workers": "2 CPU llama-server (tiny test models, -np 4)"}
     try:
         wait_healthy(base + "/readyz", 60, gateway)
-        result["rss_mb_before"] = round(_rss_mb(gateway.pid), 1)
+        result["rss_mb_before"] = round(rss_mb(gateway.pid), 1)
         spy = None
         if args.profile is not None:
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record",
@@ -180,12 +169,12 @@ def main() -> None:
             time.sleep(1)
         phases = []
         for stream in (False, True):
-            before, cpu_before = _requests_total(base), _cpu_s(gateway.pid)
+            before, cpu_before = _requests_total(base), cpu_s(gateway.pid)
             phase = asyncio.run(_phase(base, args.n, stream))
-            phase["gateway_cpu_s"] = round(_cpu_s(gateway.pid) - cpu_before, 2)
+            phase["gateway_cpu_s"] = round(cpu_s(gateway.pid) - cpu_before, 2)
             time.sleep(1.0)
             phase["requests_total_delta"] = _requests_total(base) - before
-            phase["rss_mb_after"] = round(_rss_mb(gateway.pid), 1)
+            phase["rss_mb_after"] = round(rss_mb(gateway.pid), 1)
             phases.append(phase)
             print(json.dumps(phase), flush=True)
         result["phases"] = phases
