@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from app.embedded import free_port
+from bench.gpu_common import project_commit
 from bench.process import rss_mb
 from workers.local import CACHE, ROOT, wait_healthy
 
@@ -149,7 +150,8 @@ def main() -> None:
              _litellm(ports["litellm"], ports["nginx"], work)]
     msg = [{"role": "user", "content": "What is the capital of France?"}]
     base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    results: dict[str, Any] = {"machine": f"{os.cpu_count()} cores", "seconds": args.seconds,
+    results: dict[str, Any] = {"commit": project_commit(),
+                               "machine": f"{os.cpu_count()} cores", "seconds": args.seconds,
                                "tool": "wrk -t1", "runs": {}}
     try:
         wait_healthy(base["joulegate"] + "/readyz", 60, procs[0])

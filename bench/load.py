@@ -31,6 +31,7 @@ import aiohttp
 import yaml
 
 from app.embedded import free_port
+from bench.gpu_common import project_commit
 from bench.process import cpu_s, rss_mb
 from workers.local import ROOT, WorkerSpec, llama_server, start_worker, stop, wait_healthy
 
@@ -155,7 +156,8 @@ def main() -> None:
                                stdout=(logs / "gateway.log").open("wb"),
                                stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    result: dict[str, Any] = {"machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    result: dict[str, Any] = {"commit": project_commit(),
+                              "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                               "n": args.n, "client_timeout_s": CLIENT_TIMEOUT_S,
                               "workers": "2 CPU llama-server (tiny test models, -np 4)"}
     try:

@@ -25,6 +25,7 @@ import numpy as np
 from app.catalog import load_catalog
 from app.complexity_training import ROUTELLM_BEST, apgr_cpt, load_items, split
 from app.routing import LengthBook, build_router
+from bench.gpu_common import project_commit
 from bench.workload import MIX, mixed_prompts
 from router.decision import Query
 from router.features import estimate_tokens
@@ -98,8 +99,8 @@ def main() -> None:
     router = build_router(catalog, LengthBook(None))
     assert router.model is not None, "no complexity model: run joulegate train-complexity"
     report = json.loads((ROOT / "router" / "artifacts" / "complexity-report.json").read_text())
-    result = {"routellm_held_out": routellm_metrics(router), "savings": savings(router),
-              "quality_targets": report["quality_targets"]}
+    result = {"commit": project_commit(), "routellm_held_out": routellm_metrics(router),
+              "savings": savings(router), "quality_targets": report["quality_targets"]}
     out = ROOT / "bench" / "results" / "route-eval.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     plot(report["tolerance_sweep"], out.with_suffix(".png"))

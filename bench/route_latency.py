@@ -18,6 +18,7 @@ from pathlib import Path
 
 from app.catalog import load_catalog
 from app.routing import LengthBook, build_router
+from bench.gpu_common import project_commit
 from bench.workload import MIX, mixed_prompts
 from router.decision import Query
 from router.features import conversation_text, estimate_tokens
@@ -64,6 +65,7 @@ def main() -> None:
                           "category": dict(Counter(d.category for d in decisions)),
                           "policy": "balanced", "curves": "CPU test workers (estimate)"},
         "machine": "2-core development machine",
+        "commit": project_commit(),
     }
     out = ROOT / "bench" / "results" / "route.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
