@@ -36,6 +36,7 @@ ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model"
           "choices": [{"index": 0, "finish_reason": "stop",
                        "message": {"role": "assistant", "content": "Paris."}}],
           "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+NGINX = "/usr/sbin/nginx"  # Debian's, not on root's PATH everywhere
 LITELLM_KEY = "sk-joulegate-bench-0123456789abcdef"  # a local benchmark's throwaway key
 CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "fixed"}
 
@@ -73,7 +74,7 @@ http {{
 """
 
 
-def _wrk(url: str, connections: int, seconds: int, body: dict[str, Any], work: Path,
+def wrk(url: str, connections: int, seconds: int, body: dict[str, Any], work: Path,
          key: str | None = None) -> dict[str, Any]:
     script = work / "post.lua"
     auth = f'wrk.headers["Authorization"] = "Bearer {key}"\n' if key else ""
@@ -115,20 +116,46 @@ def _litellm(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
                             stdout=(work / "litellm.log").open("wb"), stderr=subprocess.STDOUT)
 
 
-def _joulegate(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
-    shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
+def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT
+              ) -> subprocess.Popen[bytes]:
+    """`joulegate serve` of the checkout at `root`, both tiers on the fixed upstream."""
+    shipped = yaml.safe_load((root / "models.yaml").read_text())
+    # Checkouts from before admission control have no per-replica limit to set.
+    limit = "max_concurrency" in (root / "app" / "catalog.py").read_text()
     for b in shipped["backends"]:
-        b["replicas"] = [{"url": f"http://127.0.0.1:{upstream}/sse", "device": "local-cpu",
-                          "max_concurrency": 256}]
-        b["curves"] = str(ROOT / b["curves"])
+        replica = {"url": f"http://127.0.0.1:{upstream}/sse", "device": "local-cpu"}
+        b["replicas"] = [{**replica, "max_concurrency": 256} if limit else replica]
+        b["curves"] = str(root / b["curves"])
     shipped["devices"][0]["source"] = "estimate"
     shipped["routing"]["lengths_file"] = None
-    models = work / "models.yaml"
+    models = work / f"models-{port}.yaml"
     models.write_text(yaml.safe_dump(shipped))
     env = dict(os.environ, JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
-               JOULEGATE_LOG_LEVEL="warning")
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
-                            stdout=(work / "joulegate.log").open("wb"), stderr=subprocess.STDOUT)
+               JOULEGATE_LOG_LEVEL="warning", PYTHONPATH=str(root))
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=root,
+                            stdout=(work / f"joulegate-{port}.log").open("wb"),
+                            stderr=subprocess.STDOUT)
+
+
+def start_nginx(work: Path) -> int:
+    """The fixed-answer upstream, on a free port; stop it with stop_nginx(work)."""
+    for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
+        (work / d).mkdir(exist_ok=True)
+    port = free_port()
+    (work / "nginx.conf").write_text(_nginx_conf(port, work))
+    subprocess.run([_nginx(), "-c", str(work / "nginx.conf")], check=True)
+    return port
+
+
+def stop_nginx(work: Path) -> None:
+    subprocess.run([_nginx(), "-c", str(work / "nginx.conf"), "-s", "stop"], check=False)
+
+
+def _nginx() -> str:
+    if not shutil.which("wrk") or not (shutil.which("nginx") or Path(NGINX).exists()):
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                        "nginx-light", "wrk"], check=True)
+    return shutil.which("nginx") or NGINX
 
 
 def main() -> None:
@@ -136,17 +163,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gateways.json")
     args = parser.parse_args()
-    if not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()) or not shutil.which("wrk"):
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends",
-                        "nginx-light", "wrk"], check=True)
     work = Path(tempfile.mkdtemp(prefix="joulegate-gateways-"))
-    for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
-        (work / d).mkdir()
-    ports = {name: free_port() for name in ("nginx", "joulegate", "litellm")}
-    (work / "nginx.conf").write_text(_nginx_conf(ports["nginx"], work))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    subprocess.run([nginx, "-c", str(work / "nginx.conf")], check=True)
-    procs = [_joulegate(ports["joulegate"], ports["nginx"], work),
+    ports = {"nginx": start_nginx(work), "joulegate": free_port(), "litellm": free_port()}
+    procs = [joulegate(ports["joulegate"], ports["nginx"], work),
              _litellm(ports["litellm"], ports["nginx"], work)]
     msg = [{"role": "user", "content": "What is the capital of France?"}]
     base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
@@ -176,7 +195,7 @@ def main() -> None:
             for connections in (1, 50):
                 key = f"{name} c={connections}"
                 bearer = LITELLM_KEY if name.startswith("LiteLLM") else None
-                results["runs"][key] = _wrk(url, connections, args.seconds, body, work, bearer)
+                results["runs"][key] = wrk(url, connections, args.seconds, body, work, bearer)
                 print(key, results["runs"][key], flush=True)
         results["joulegate_rss_mb"] = round(rss_mb(procs[0].pid), 1)
         floor = results["runs"]["nginx direct c=1"]["p50_ms"]
@@ -187,7 +206,7 @@ def main() -> None:
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
-        subprocess.run([nginx, "-c", str(work / "nginx.conf"), "-s", "stop"], check=False)
+        stop_nginx(work)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         _plot(results, args.out.with_suffix(".png"))

@@ -1,0 +1,78 @@
+"""A/B of joulegate's own cost per request: this checkout against an earlier
+commit, taking turns, so that a machine whose speed drifts (this VM varies by
+1.5x between runs) affects both alike.
+
+    python -m bench.ab --base ca6d843 [--rounds 3 --seconds 8]
+        # -> bench/results/ab-overhead.json
+
+Each round starts the base's gateway, then this checkout's, in front of the
+same fixed-answer nginx (bench/gateways.py), and measures a forced-tier
+non-streamed chat with wrk at one connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from app.embedded import free_port
+from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
+from bench.gpu_common import project_commit
+from workers.local import ROOT, wait_healthy
+
+BODY = {"model": "small", "messages": [{"role": "user", "content": "What is the capital?"}]}
+
+
+def _measure(root: Path, upstream: int, work: Path, seconds: int) -> dict[str, Any]:
+    port = free_port()
+    proc = joulegate(port, upstream, work, root)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
+        return wrk(f"http://127.0.0.1:{port}/v1/chat/completions", 1, seconds, BODY, work)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", required=True, help="the earlier commit")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--out", type=Path,
+                        default=ROOT / "bench" / "results" / "ab-overhead.json")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="joulegate-ab-"))
+    base = work / "base"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.base],
+                   cwd=ROOT, check=True)
+    runs: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
+    upstream = start_nginx(work)
+    try:
+        for _ in range(args.rounds):
+            for name, root in (("base", base), ("this", ROOT)):
+                runs[name].append(_measure(root, upstream, work, args.seconds))
+                print(name, runs[name][-1], flush=True)
+    finally:
+        stop_nginx(work)
+        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
+                       check=False)
+    summary = {name: {"req_per_s_median": statistics.median(r["req_per_s"] for r in rs),
+                      "p50_ms_median": statistics.median(r["p50_ms"] for r in rs)}
+               for name, rs in runs.items()}
+    result = {"commit": project_commit(), "base": args.base, "rounds": args.rounds,
+              "seconds": args.seconds, "case": "forced tier, non-streamed, wrk -t1 -c1",
+              "runs": runs, "summary": summary,
+              "added_ms_per_request": round(1000 / summary["this"]["req_per_s_median"]
+                                            - 1000 / summary["base"]["req_per_s_median"], 3)}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"]), result["added_ms_per_request"])
+
+
+if __name__ == "__main__":
+    main()
