@@ -19,10 +19,13 @@ import itertools
 import math
 import pickle
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from router.features import words
 
 CATEGORIES: tuple[str, ...] = (
     "math", "code", "reasoning", "science", "knowledge", "social", "writing", "extraction",
@@ -70,43 +73,78 @@ def build_pipeline() -> Any:
     ])
 
 
-def word_terms(text: str, token: re.Pattern[str]) -> list[str]:
-    """scikit-learn's word 1-2-grams of lowercased text."""
-    tokens = token.findall(text.lower())
-    return tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
-
-
-def char_terms(text: str, lo: int = 2, hi: int = 4) -> list[str]:
-    """scikit-learn's `char_wb` n-grams of char_view(text): every n-gram of
-    " word " for n = lo..hi shorter than it, and the padded word itself once
-    when it is no longer than hi."""
-    out: list[str] = []
-    for word in _SPACES.sub(" ", char_view(text)).split():
-        w = f" {word} "
-        size = len(w)
-        for n in range(lo, min(hi, size - 1) + 1):
-            out += [w[i:i + n] for i in range(size - n + 1)]
-        if size <= hi:
-            out.append(w)
+def word_ngrams(word: str, lo: int = 2, hi: int = 4) -> list[str]:
+    """scikit-learn's `char_wb` n-grams of one word: every n-gram of " word "
+    for n = lo..hi shorter than it, and the padded word itself once when it is
+    no longer than hi."""
+    w = f" {word} "
+    size = len(w)
+    out = [w[i:i + n] for n in range(lo, min(hi, size - 1) + 1) for i in range(size - n + 1)]
+    if size <= hi:
+        out.append(w)
     return out
 
 
-class _Block:
-    """One TF-IDF vectorizer's fitted tables, applied without scikit-learn."""
+def _unit(v: np.ndarray) -> np.ndarray:
+    norm = math.sqrt(float(v @ v))
+    return v / norm if norm > 0 else v
+
+
+class _Words:
+    """The word vectorizer's vocabulary: unigrams by word, bigrams by first
+    word then second, so no bigram string is built per request."""
+
+    def __init__(self, vectorizer: Any) -> None:
+        self.unigrams: dict[str, int] = {}
+        self.bigrams: dict[str, dict[str, int]] = {}
+        for term, i in vectorizer.vocabulary_.items():
+            first, _, second = str(term).partition(" ")
+            if second:
+                self.bigrams.setdefault(first, {})[second] = int(i)
+            else:
+                self.unigrams[first] = int(i)
+        self.size = len(vectorizer.vocabulary_)
+
+    def counts(self, tokens: list[str]) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for word, n in Counter(tokens).items():  # counted in C
+            i = self.unigrams.get(word)
+            if i is not None:
+                counts[i] = n
+        for a, b in itertools.pairwise(tokens):
+            following = self.bigrams.get(a)
+            if following is not None:
+                i = following.get(b)
+                if i is not None:
+                    counts[i] = counts.get(i, 0) + 1
+        return counts
+
+
+class _Chars:
+    """The character vectorizer's vocabulary, with each word's n-gram ids
+    remembered (bounded): words repeat, within a text and across requests."""
+
+    CACHE_WORDS = 50_000
 
     def __init__(self, vectorizer: Any, offset: int) -> None:
         self.vocab: dict[str, int] = {str(k): int(v) + offset
                                       for k, v in vectorizer.vocabulary_.items()}
-        self.idf = np.asarray(vectorizer.idf_, dtype=np.float64)
-        self.offset = offset
+        self._ids: dict[str, tuple[int, ...]] = {}
 
-    def features(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = [i for i in map(self.vocab.get, terms) if i is not None]
-        if not ids:
-            return np.zeros(0, dtype=np.intp), np.zeros(0)
-        idx, counts = np.unique(np.array(ids, dtype=np.intp), return_counts=True)
-        vals = (1.0 + np.log(counts)) * self.idf[idx - self.offset]
-        return idx, vals / math.sqrt(float(vals @ vals))
+    def _word_ids(self, word: str) -> tuple[int, ...]:
+        ids = self._ids.get(word)
+        if ids is None:
+            ids = tuple(i for i in map(self.vocab.get, word_ngrams(word)) if i is not None)
+            if len(self._ids) >= self.CACHE_WORDS:
+                self._ids.clear()
+            self._ids[word] = ids
+        return ids
+
+    def counts(self, view: str) -> dict[int, int]:
+        ids: list[int] = []
+        for word in view.split():
+            ids += self._word_ids(word)
+        return Counter(ids)
 
 
 class Classifier:
@@ -115,19 +153,26 @@ class Classifier:
         self._labels = [str(c) for c in pipeline.classes_]
         union, lr = pipeline.named_steps["features"], pipeline.named_steps["clf"]
         word, char = (t for _, t in union.transformer_list)
-        self._word = _Block(word, 0)
-        self._char = _Block(char, len(word.vocabulary_))
+        self._word = _Words(word)
+        self._char = _Chars(char, self._word.size)
+        self._idf = np.concatenate((np.asarray(word.idf_, dtype=np.float64),
+                                    np.asarray(char.idf_, dtype=np.float64)))
         self._coef = np.ascontiguousarray(lr.coef_.T, dtype=np.float64)  # features x classes
         self._intercept = np.asarray(lr.intercept_, dtype=np.float64)
-        self._token = re.compile(TOKEN_PATTERN)
 
     def features(self, text: str) -> Features:
         """The text's TF-IDF features (sparse: indices and values), computed once
         and shared by every head that reads them (categories, complexity)."""
         text = prepare(text)
-        parts = [block.features(terms) for block, terms in (
-            (self._word, word_terms(text, self._token)), (self._char, char_terms(text)))]
-        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        w = self._word.counts(words(text.lower()))
+        c = self._char.counts(_SPACES.sub(" ", char_view(text)))
+        k = len(w)
+        idx = np.fromiter(itertools.chain(w, c), dtype=np.intp, count=k + len(c))
+        n = np.fromiter(itertools.chain(w.values(), c.values()), dtype=np.float64,
+                        count=k + len(c))
+        vals = (1.0 + np.log(n)) * self._idf[idx]  # sublinear tf x idf
+        # Each vectorizer normalises its own block (the pipeline's FeatureUnion).
+        return idx, np.concatenate((_unit(vals[:k]), _unit(vals[k:])))
 
     def _scores(self, text: str) -> np.ndarray:
         return self.scores_of(self.features(text))

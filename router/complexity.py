@@ -57,10 +57,11 @@ class ComplexityModel:
         for act in actions:
             total = weight = 0.0
             for cat, p in probs.items():
-                ability = self.abilities.get(cat, {}).get(act)
-                if ability is not None and p > 1e-4:
-                    total += p * sigmoid(ability - theta)
-                    weight += p
+                if p > 1e-4:
+                    ability = self.abilities.get(cat, {}).get(act)
+                    if ability is not None:
+                        total += p * sigmoid(ability - theta)
+                        weight += p
             out[act] = total / weight if weight > 0 else 0.5
         return out
 

@@ -6,12 +6,27 @@ from __future__ import annotations
 
 import math
 import re
+import string
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _OPERATOR = re.compile(r"[+\-*/=^<>%$]")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
-_STEP_WORDS = re.compile(
-    r"\b(percent|half|twice|each|per|every|total|remaining|left|more than|less than|times)\b")
+_STEP_WORDS = frozenset(
+    ("percent", "half", "twice", "each", "per", "every", "total", "remaining", "left", "times"))
+_STEP_PHRASES = re.compile(r"\b(?:more|less) than\b")
+_WORD = re.compile(r"\w+")
+_ASCII_NON_WORD = str.maketrans(
+    {chr(i): " " for i in range(128) if chr(i) not in string.ascii_letters + string.digits + "_"})
+
+
+def words(text: str) -> list[str]:
+    """The `\\w+` runs of the text (scikit-learn's default tokens): for ASCII
+    text str.translate and split, ~5x faster than the regex, which reads the
+    rest."""
+    if text.isascii():
+        return text.translate(_ASCII_NON_WORD).split()
+    return _WORD.findall(text)
+
 
 def conversation_text(turns: list[tuple[str, str]]) -> str:
     """The conversation as the router reads it, from (role, text) turns: the
@@ -42,5 +57,11 @@ def difficulty_features(text: str) -> list[float]:
         math.log1p(len(_SENTENCE_END.findall(text))),
         math.log1p(len(set(numbers))),
         float(any("." in n for n in numbers)),
-        math.log1p(len(_STEP_WORDS.findall(text.lower()))),
+        math.log1p(_step_words(text.lower())),
     ]
+
+
+def _step_words(lower: str) -> int:
+    """Words and phrases that imply steps (percent, each, more than...)."""
+    phrases = len(_STEP_PHRASES.findall(lower)) if " than" in lower else 0
+    return phrases + sum(1 for w in words(lower) if w in _STEP_WORDS)
