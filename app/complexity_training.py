@@ -40,6 +40,7 @@ from app.training import MMLU_CATEGORY
 from app.workload import mixed_prompts
 from router.classifier import Classifier, prepare
 from router.complexity import ComplexityModel, calibrate_ability
+from router.engine import Router
 from router.features import NAMES, difficulty_features
 
 WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
@@ -233,37 +234,27 @@ def _abilities(items: list[Item], theta: np.ndarray, quality: dict[str, dict[str
     return out
 
 
-def _targets(router: Any, prompts: list[str]
+def _targets(router: Router, prompts: list[str]
              ) -> tuple[dict[str, float], list[dict[str, float]]]:
     """Per-query tolerance for each quality target, on the reference workload:
-    the router's own candidates (expected quality and joules per action) for
-    every prompt, then the policy's rule (cheapest within `tolerance` of the
-    request's best, fewer joules first, then better quality: as Policy.choose)
-    for a sweep of tolerances."""
+    the router's own candidates for every prompt (priced alone), then the
+    policy's own choice (`Policy.choose`, balanced) for a sweep of tolerances."""
     from router.decision import Query
     from router.features import estimate_tokens
 
-    rows = []  # per prompt: its best quality, and (quality, joules) of every action
-    large_q = large_e = 0.0  # always-large, direct
-    for text in prompts:
-        d = router.decide(Query(text, estimate_tokens(text)))
-        cands = [(c["expected_quality"], c["expected_joules"]) for c in d.candidates]
-        rows.append((max(q for q, _ in cands), cands))
-        large = next(c for c in d.candidates
-                     if c["tier"] == router.tiers[1] and c["strategy"] == "direct")
-        large_q += large["expected_quality"]
-        large_e += large["expected_joules"]
+    assessed = [router.assess(Query(text, estimate_tokens(text))).candidates for text in prompts]
+    large = [next(c for c in cands if c.spec.tier == router.tiers[1]
+                  and c.spec.strategy == "direct") for cands in assessed]
+    large_q = sum(c.expected_quality for c in large)
+    large_e = sum(c.expected_joules or 0.0 for c in large)
     sweep: list[dict[str, float]] = []
     for tol in np.linspace(0, 0.5, 101):
-        quality = energy = 0.0
-        for best, cands in rows:
-            pick = min((c for c in cands if c[0] >= best - tol - 1e-12),
-                       key=lambda c: (c[1], -c[0]))
-            quality += pick[0]
-            energy += pick[1]
+        picks = [router.policy.choose(cands, "balanced", None, float(tol)).chosen
+                 for cands in assessed]
         sweep.append({"tolerance": round(float(tol), 4),
-                      "quality_ratio": round(quality / large_q, 4),
-                      "energy_saved": round(1 - energy / large_e, 4)})
+                      "quality_ratio": round(sum(p.expected_quality for p in picks) / large_q, 4),
+                      "energy_saved": round(1 - sum(p.expected_joules or 0.0 for p in picks)
+                                            / large_e, 4)})
     targets: dict[str, float] = {}
     for target in TARGETS:
         # The largest tolerance below which every tolerance meets the target

@@ -15,6 +15,7 @@ from router.curves import Curve
 from router.decision import Decision
 from router.engine import Router, Targets
 from router.policy import ActionSpec, Caps, Policy
+from router.pricing import Site
 from router.quality import ExpectedLengths, QualityTable, action
 
 log = logging.getLogger("joulegate.routing")
@@ -63,10 +64,19 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
     curves = {b.name: Curve.load(catalog.path(b.curves)) for b in catalog.backends if b.curves}
     policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
                     catalog.tiers, r.tolerance,
-                    Caps(r.direct_max_tokens, r.cot_max_tokens, r.thinking_budget))
+                    Caps(r.direct_max_tokens, r.cot_max_tokens, r.thinking_budget),
+                    sites(catalog))
     model, targets = load_complexity(
         catalog.path(r.complexity) if r.complexity else COMPLEXITY, r.quality_target)
     return Router(classifier, policy, catalog.tiers[-1], model, targets)
+
+
+def sites(catalog: Catalog) -> dict[str, Site]:
+    """Each backend's replica count and the backends sharing a device with it."""
+    devices = {b.name: {r.device for r in b.replicas} for b in catalog.backends}
+    return {b.name: Site(len(b.replicas), frozenset(
+                o for o, theirs in devices.items() if o != b.name and theirs & devices[b.name]))
+            for b in catalog.backends}
 
 
 COMPLEXITY = ARTIFACT.with_name("complexity.npz")

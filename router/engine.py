@@ -32,6 +32,14 @@ class Targets:
         return points[-1][1] * max(0.0, (1.0 - target) / (1.0 - points[-1][0]))
 
 
+@dataclass(frozen=True)
+class Assessment:
+    probabilities: Mapping[str, float]
+    category: str
+    complexity: float | None  # None without a complexity model
+    candidates: list[Candidate]
+
+
 class Router:
     def __init__(self, classifier: Classifier, policy: Policy, baseline_tier: str,
                  model: ComplexityModel | None = None, targets: Targets = Targets()) -> None:
@@ -43,24 +51,30 @@ class Router:
         # The cheapest tier and the largest: complexity compares their direct answers.
         self.tiers = (min({a.tier for a in policy.actions}, key=policy.rank), baseline_tier)
 
-    def decide(self, q: Query) -> Decision:
+    def assess(self, q: Query) -> Assessment:
+        """Everything the policy needs: category, per-query quality, and every
+        action priced."""
         feats = self.classifier.features(q.text)
         probs = self.classifier.probabilities_of(feats)
-        category = max(probs, key=lambda k: probs[k])
         quality = None
         cx = None
-        tolerance = None
-        target = None
         if self.model is not None:
             theta = self.model.theta(feats, q.text)
             quality = self.model.qualities(theta, probs, [a.key for a in self.policy.actions])
             small, large = (quality.get(f"{t}:direct") for t in self.tiers)
             if small is not None and large is not None:
                 cx = complexity(small, large)
-            target = q.quality_target or self.targets.default_target
-            tolerance = self.targets.tolerance(target)
         cands = self.policy.candidates(probs, q.prompt_tokens, q.max_tokens, q.concurrency,
                                        quality)
+        return Assessment(probs, max(probs, key=lambda k: probs[k]), cx, cands)
+
+    def decide(self, q: Query) -> Decision:
+        a = self.assess(q)
+        probs, category, cx, cands = a.probabilities, a.category, a.complexity, a.candidates
+        target = tolerance = None
+        if self.model is not None:
+            target = q.quality_target or self.targets.default_target
+            tolerance = self.targets.tolerance(target)
         choice = self.policy.choose(cands, q.policy, q.max_joules, tolerance)
         degraded = None
         if choice.chosen.spec.backend in q.unavailable:
@@ -72,8 +86,7 @@ class Router:
                         None)
         joules = f"{c.expected_joules:.1f} J" if c.expected_joules is not None else "no curve"
         judged = f"complexity {cx:.2f}; " if cx is not None else ""
-        running = q.concurrency.get(c.spec.backend, 0)
-        batch = f" (joins a batch of {running})" if running else ""
+        waking = _waking_note(c, cands)
         return Decision(
             tier=c.spec.tier, backend=c.spec.backend, strategy=c.spec.strategy,  # type: ignore[arg-type]
             max_tokens=max_tokens, thinking_budget=budget, category=category,
@@ -81,7 +94,7 @@ class Router:
             expected_joules=c.expected_joules, expected_quality=round(c.expected_quality, 4),
             policy=q.policy,
             reason=f"{category} ({probs[category]:.0%}); {judged}{c.spec.key} at {joules}"
-                   f"{batch}, quality {c.expected_quality:.3f}; {choice.reason}",
+                   f" ({c.pricing}{waking}), quality {c.expected_quality:.3f}; {choice.reason}",
             baseline_joules=baseline, degraded=degraded, joule_cap_met=choice.cap_met,
             complexity=None if cx is None else round(cx, 4),
             quality_target=target if q.policy == "balanced" else None,
@@ -105,4 +118,18 @@ def _describe(c: Candidate) -> dict[str, object]:
     return {"tier": c.spec.tier, "backend": c.spec.backend, "strategy": c.spec.strategy,
             "expected_quality": round(c.expected_quality, 4),
             "expected_joules": None if c.expected_joules is None else round(c.expected_joules, 3),
-            "completion_tokens": c.completion_tokens}
+            "completion_tokens": c.completion_tokens, "pricing": c.pricing}
+
+
+def _waking_note(chosen: Candidate, cands: list[Candidate]) -> str:
+    """When the chosen action joins a running batch and another backend would
+    have to start beside it: say what waking that one was priced at."""
+    if not chosen.pricing.startswith("joins"):
+        return ""
+    beside = [x for x in cands if x.pricing.startswith("beside")
+              and x.spec.backend != chosen.spec.backend and x.expected_joules is not None]
+    if not beside:
+        return ""
+    w = min(beside, key=lambda x: x.expected_joules or 0.0)
+    return (f"; cheaper than waking {w.spec.backend} beside it for {w.spec.key} at "
+            f"{w.expected_joules:.1f} J")

@@ -3,7 +3,8 @@
 An action is a tier's backend with a strategy (direct or cot). For each, the
 expected quality comes from the quality table weighted by the category
 probabilities, the expected joules from the backend's operating curve at the
-expected completion length and the backend's current concurrency. Modes:
+expected completion length, priced by what the backends run now
+(router.pricing: alone, joining a batch, or beside another model). Modes:
 
 - max-quality: the best expected quality (ties: fewer joules);
 - balanced: the fewest joules among actions within `tolerance` (relative) of
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from router.curves import Curve
 from router.decision import Policy as PolicyName
+from router.pricing import Pricing, Site
 from router.quality import ExpectedLengths, QualityTable, action
 
 COT_PROMPT_TOKENS = 32  # the step-by-step instruction added to the prompt
@@ -44,6 +46,7 @@ class Candidate:
     expected_quality: float
     expected_joules: float | None
     completion_tokens: int
+    pricing: str = ""  # how its joules were priced (router.pricing): alone, joins, beside
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,8 @@ def _cost(c: Candidate, rank: Mapping[str, int]) -> float:
 class Policy:
     def __init__(self, actions: list[ActionSpec], quality: QualityTable,
                  lengths: ExpectedLengths, curves: Mapping[str, Curve], tiers: list[str],
-                 tolerance: float = 0.05, caps: Caps = Caps()) -> None:
+                 tolerance: float = 0.05, caps: Caps = Caps(),
+                 sites: Mapping[str, Site] | None = None) -> None:
         self.actions = actions
         self.quality = quality
         self.lengths = lengths
@@ -77,6 +81,7 @@ class Policy:
         self.tolerance = tolerance
         self.caps = caps
         self._rank = {t: i for i, t in enumerate(tiers)}
+        self.pricing = Pricing(sites or {}, {a.backend: self._rank[a.tier] for a in actions})
 
     def candidates(self, probs: Mapping[str, float], prompt_tokens: int,
                    max_tokens: int | None, concurrency: Mapping[str, int],
@@ -90,17 +95,13 @@ class Policy:
             limit = min(max_tokens, cap) if max_tokens else cap
             tokens = int(min(expected, limit))
             curve = self.curves.get(a.backend)
-            n = concurrency.get(a.backend, 0) + 1
             extra = COT_PROMPT_TOKENS if a.strategy == "cot" and not a.reasoning else 0
-            # Per-request joules at the concurrency it would run in. Pricing the
-            # marginal joules of joining a batch instead (n J(n) - (n-1) J(n-1))
-            # was measured on the H200 and cost more: it fills both models at
-            # once, and two models on one GPU slow each other
-            # (bench/results/gpu-routing-marginal.json).
-            joules = curve.joules(prompt_tokens + extra, tokens, n) if curve else None
+            price = self.pricing.price(curve, a.backend, prompt_tokens + extra, tokens,
+                                       concurrency) if curve else None
             q = quality[a.key] if quality is not None and a.key in quality \
                 else self.quality.expected(probs, a.key)
-            out.append(Candidate(a, q, joules, tokens))
+            out.append(Candidate(a, q, price.joules if price else None, tokens,
+                                 price.note if price else "no curve"))
         return out
 
     def choose(self, cands: list[Candidate], mode: PolicyName,

@@ -251,7 +251,7 @@ def test_route_shows_complexity_candidates_and_target(gw: RunningGateway) -> Non
     assert 0 <= d["complexity"] <= 1 and d["quality_target"] == 0.9
     assert len(d["candidates"]) == 4
     assert set(d["candidates"][0]) == {"tier", "backend", "strategy", "expected_quality",
-                                       "expected_joules", "completion_tokens"}
+                                       "expected_joules", "completion_tokens", "pricing"}
     bad = httpx.post(gw.v1 + "/route", json=body, headers={"x-joulegate-quality-target": "2"})
     assert_envelope(bad, 400)
 

@@ -1,0 +1,78 @@
+"""Batch-aware pricing: alone, joining a batch, beside another model on one GPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from router.curves import Curve
+from router.policy import ActionSpec, Caps, Policy
+from router.pricing import Pricing, Site
+from router.quality import ExpectedLengths, QualityTable
+
+# The H200 curves' shape: own work A per kilotoken, shared work B per kilotoken / n.
+SMALL = Curve("small-1b", "gpu0", "t", "1b", "nvml", "d",
+              (0.3, 5.5, 49.0, 4.2, 636.0, 5.9, 0.0))
+LARGE = Curve("large-8b", "gpu0", "t", "8b", "nvml", "d",
+              (0.0, 28.8, 117.0, 18.5, 2972.0, 29.2, 0.0))
+SHARED = {"small-1b": Site(1, frozenset({"large-8b"})),
+          "large-8b": Site(1, frozenset({"small-1b"}))}
+RANK = {"small-1b": 0, "large-8b": 1}
+
+
+def test_alone_is_the_standalone_curve() -> None:
+    p = Pricing(SHARED, RANK).price(SMALL, "small-1b", 100, 64, {})
+    assert p.note == "alone" and p.joules == pytest.approx(SMALL.joules(100, 64, 1))
+
+
+def test_joining_a_running_batch_costs_only_the_requests_own_work() -> None:
+    p = Pricing(SHARED, RANK).price(LARGE, "large-8b", 100, 64, {"large-8b": 7})
+    c = 64 / 1000
+    assert p.note == "joins a batch of 7"
+    assert p.joules == pytest.approx(28.8 * 0.1 + 117.0 * c + 18.5 * 0.1 * c)
+    # the marginal joules of the batch: (n+1) J(n+1) - n J(n)
+    marginal = 8 * LARGE.joules(100, 64, 8) - 7 * LARGE.joules(100, 64, 7)
+    assert p.joules == pytest.approx(marginal, rel=1e-6)
+
+
+def test_beside_the_busy_larger_model_pays_for_the_time_it_takes_from_it() -> None:
+    pricing = Pricing(SHARED, RANK)
+    p = pricing.price(SMALL, "small-1b", 100, 64, {"large-8b": 7})
+    assert p.note == "beside large-8b"
+    assert p.joules == pytest.approx(2 * SMALL.joules(100, 64, 1))
+    # The small model running too does not make it the lead: the large one leads.
+    p = pricing.price(SMALL, "small-1b", 100, 64, {"large-8b": 1, "small-1b": 5})
+    assert p.note == "beside large-8b"
+    # ...and the large one joins its own batch.
+    assert pricing.price(LARGE, "large-8b", 100, 64,
+                         {"large-8b": 1, "small-1b": 5}).note == "joins a batch of 1"
+
+
+def test_waking_the_large_model_beside_a_busy_small_one_is_dearer() -> None:
+    p = Pricing(SHARED, RANK).price(LARGE, "large-8b", 100, 64, {"small-1b": 3})
+    assert p.note == "beside small-1b" and p.joules == pytest.approx(2 * LARGE.joules(100, 64, 1))
+
+
+def test_separate_devices_and_spare_replicas() -> None:
+    apart = {"small-1b": Site(1), "large-8b": Site(2)}
+    pricing = Pricing(apart, RANK)
+    assert pricing.price(SMALL, "small-1b", 100, 64, {"large-8b": 7}).note == "alone"
+    # One of two replicas busy: the request goes to the idle one.
+    assert pricing.price(LARGE, "large-8b", 100, 64, {"large-8b": 1}).note == "alone"
+    assert pricing.price(LARGE, "large-8b", 100, 64, {"large-8b": 4}).note == \
+        "joins a batch of 2"
+    assert LARGE.joules(100, 64, math.inf) < LARGE.joules(100, 64, 8)
+
+
+def test_auto_joins_the_busy_large_batch_and_says_why() -> None:
+    actions = [ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b", "direct")]
+    quality = QualityTable({"chat": {"small:direct": 0.80, "large:direct": 0.82}})
+    policy = Policy(actions, quality, ExpectedLengths(), {"small-1b": SMALL, "large-8b": LARGE},
+                    ["small", "large"], 0.05, Caps(64, 192, 0), SHARED)
+    probs = {"chat": 1.0}
+    idle = policy.choose(policy.candidates(probs, 100, None, {}), "balanced", None)
+    assert idle.chosen.spec.key == "small:direct"
+    busy = policy.choose(policy.candidates(probs, 100, None, {"large-8b": 7}), "balanced", None)
+    assert busy.chosen.spec.key == "large:direct"
+    assert busy.chosen.pricing == "joins a batch of 7"
