@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -31,6 +31,7 @@ from app.usage import Prior, chunk_text, loop_chunk, plus_prior, usage_tokens
 from router.decision import Decision
 from router.loopguard import LoopGuard
 from telemetry.metrics import Metrics
+from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, TokenTimeline
 
 log = logging.getLogger("joulegate.exchange")
@@ -67,6 +68,7 @@ class Parts:
     meter: Meter
     metrics: Metrics
     on_complete: Callable[[Decision, int], None] = lambda d, n: None
+    rates: Mapping[str, TokenRates] = field(default_factory=dict)  # backend -> curve's
     settling: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -106,7 +108,9 @@ class Exchange:
             self._sent_at = time.perf_counter()
             self.timeline = TokenTimeline()
             try:
-                window = await self.parts.meter.open(state.replica.device, self.timeline.since)
+                window = await self.parts.meter.open(
+                    state.replica.device, self.timeline.since,
+                    self.parts.rates.get(fw.decision.backend, TOKEN_COUNTS))
             except BaseException:
                 pool.release(state)
                 raise

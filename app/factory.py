@@ -23,9 +23,11 @@ from app.routes import Gateway, RouterLike, build_routes
 from app.routing import LengthBook, build_router
 from app.settings import Settings
 from app.upstream import Timeouts, Upstream, make_client
+from router.curves import Curve
 from router.placeholder import PlaceholderRouter
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
 from telemetry.metrics import Metrics
+from telemetry.rates import TokenRates
 from telemetry.sampler import Sampler
 
 log = logging.getLogger("joulegate")
@@ -88,7 +90,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         lengths_file = catalog.routing.lengths_file
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
-        proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe))
+        proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
+                            token_rates(catalog)))
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
@@ -116,3 +119,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     install_openapi(app, [ChatRequest, CompletionRequest], names,
                     max(b.context_tokens for b in catalog.backends))
     return app
+
+
+def token_rates(catalog: Catalog) -> dict[str, TokenRates]:
+    """Each backend's marginal token costs (its curve's), for energy attribution."""
+    return {b.name: TokenRates.from_curve(Curve.load(catalog.path(b.curves)).coef)
+            for b in catalog.backends if b.curves}

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from app.upstream import Upstream, UpstreamError
 from telemetry.ledger import Ledger
+from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
 
 log = logging.getLogger("joulegate.meter")
@@ -23,7 +24,8 @@ Progress = Callable[[int], list[Point]]
 
 
 class Meter(Protocol):
-    async def open(self, device: str, progress: Progress | None = None) -> str | None: ...
+    async def open(self, device: str, progress: Progress | None = None,
+                   rates: TokenRates = TOKEN_COUNTS) -> str | None: ...
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None: ...
     async def abandon(self, window: str | None) -> None: ...
     async def settle(self, window: str) -> EnergyFigure | None: ...
@@ -75,9 +77,10 @@ class LocalMeter:
         if waiter is not None and not waiter.done():
             waiter.set_result(figure)
 
-    async def open(self, device: str, progress: Progress | None = None) -> str | None:
+    async def open(self, device: str, progress: Progress | None = None,
+                   rates: TokenRates = TOKEN_COUNTS) -> str | None:
         ledger = self._ledgers.get(device)
-        return None if ledger is None else f"{device}/{ledger.open(progress)}"
+        return None if ledger is None else f"{device}/{ledger.open(progress, rates)}"
 
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
         if window is None:
@@ -138,9 +141,13 @@ class RemoteMeter:
             return None
         return json.loads(raw)
 
-    async def open(self, device: str, progress: Progress | None = None) -> str | None:
+    async def open(self, device: str, progress: Progress | None = None,
+                   rates: TokenRates = TOKEN_COUNTS) -> str | None:
         # Progress stays here: the agent learns a request's tokens when it closes.
-        data = await self._call("/v1/windows/open", {"device": device})
+        body: dict[str, Any] = {"device": device}
+        if rates.coef is not None:
+            body["curve"] = list(rates.coef)
+        data = await self._call("/v1/windows/open", body)
         return None if not data else f"{device}/{data['window']}"
 
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
@@ -167,4 +174,4 @@ class RemoteMeter:
 def _figure(data: Any) -> EnergyFigure | None:
     if not isinstance(data, dict) or data.get("net_j") is None:
         return None
-    return EnergyFigure(**{k: data[k] for k in EnergyFigure.__dataclass_fields__})
+    return EnergyFigure(**{k: data[k] for k in EnergyFigure.__dataclass_fields__ if k in data})

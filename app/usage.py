@@ -84,9 +84,11 @@ def plus_prior(figure: EnergyFigure | None, prior: Prior | None) -> EnergyFigure
     if prior is None or prior.figure is None or figure is None:
         return figure
     p = prior.figure
+    standalone = None if figure.standalone_j is None or p.standalone_j is None \
+        else figure.standalone_j + p.standalone_j
     return EnergyFigure(figure.net_j + p.net_j, figure.gross_j + p.gross_j, figure.source,
                         figure.final and p.final, figure.prefill_j + p.prefill_j,
-                        figure.decode_j + p.decode_j)
+                        figure.decode_j + p.decode_j, standalone)
 
 
 def add_prior_usage(usage: dict[str, Any], prior: Prior | None) -> None:
@@ -120,9 +122,14 @@ def merge_thinking(body: dict[str, Any], prior: Prior) -> None:
 def energy_fields(figure: EnergyFigure | None) -> dict[str, Any]:
     if figure is None:
         return {"energy_joules": None, "energy_source": "unavailable"}
-    return {
+    fields = {
         "energy_joules": round(figure.net_j, 4),
         "energy_gross_joules": round(figure.gross_j, 4),
         "energy_source": figure.source,
         "energy_final": figure.final,
     }
+    if figure.standalone_j is not None:
+        # What this request would have cost alone (gross), from the curve.
+        fields["energy_standalone_joules"] = round(figure.standalone_j, 4)
+        fields["energy_standalone_source"] = "estimate"
+    return fields

@@ -10,10 +10,15 @@ a Llama-3.2-1B-shaped model, metering the GPU through NVML, and measures:
     concurrent run against the same request run alone. Batching makes every
     token cheaper, so the raw comparison measures batching as much as
     attribution; `share` errors compare each request's fraction of the batch
-    with its fraction of the alone costs, which is what attribution controls;
-(c) the sampler's CPU cost (% of one core) at the configured rate.
+    with its fraction of the alone costs, which is what attribution controls.
+    With --curve the split is by the curve's marginal token costs
+    (telemetry.rates), else by token counts with a fitted prefill weight;
+(c) the standalone estimate (usage.energy_standalone_joules, from the curve)
+    against the same request measured alone (gross: net + its idle share);
+(d) the sampler's CPU cost (% of one core) at the configured rate.
 
-    python bench/gpu_telemetry.py --llama-server PATH --model llama-1b.gguf --out DIR
+    python bench/gpu_telemetry.py --llama-server PATH --model llama-1b.gguf \
+        [--curve curves/h200/llama-1b.json] --out DIR
 
 Writes gpu-telemetry.json into --out (bench/results/ in the repo).
 """
@@ -78,21 +83,26 @@ async def send(client: httpx.AsyncClient, gw: RunningGateway, b: dict[str, Any])
     return r.headers["x-joulegate-energy-id"]
 
 
-async def final_net(client: httpx.AsyncClient, gw: RunningGateway, energy_id: str) -> float:
+async def final_figure(client: httpx.AsyncClient, gw: RunningGateway, energy_id: str
+                       ) -> dict[str, Any]:
     for _ in range(100):
-        fig = (await client.get(f"{gw.v1}/energy/{energy_id}")).json()
+        fig: dict[str, Any] = (await client.get(f"{gw.v1}/energy/{energy_id}")).json()
         if fig["final"]:
-            return float(fig["net_j"])
+            return fig
         await asyncio.sleep(0.05)
     raise TimeoutError(f"energy {energy_id} never became final")
 
 
+async def final_net(client: httpx.AsyncClient, gw: RunningGateway, energy_id: str) -> float:
+    return float((await final_figure(client, gw, energy_id))["net_j"])
+
+
 async def alone(client: httpx.AsyncClient, gw: RunningGateway, bodies: list[dict[str, Any]]
-                ) -> list[float]:
+                ) -> list[dict[str, Any]]:
     out = []
     for b in bodies:
         eid = await send(client, gw, b)
-        out.append(await final_net(client, gw, eid))
+        out.append(await final_figure(client, gw, eid))
         await asyncio.sleep(1.0)  # let the tail decay before the next one
     return out
 
@@ -154,14 +164,28 @@ async def measure(gw: RunningGateway, ledger: Ledger, nvml: NvmlReader) -> dict[
     async with httpx.AsyncClient() as client:
         await send(client, gw, body(64, 16, rng))  # warm-up: CUDA graphs, allocations
         await asyncio.sleep(4.0)  # quiet: the ledger learns the idle baseline
-        first = await alone(client, gw, bodies)
+        first_figs = await alone(client, gw, bodies)
+        first = [f["net_j"] for f in first_figs]
         w, j_per_decode = fit_prefill_weight(first)
-        ledger.prefill_weight = w
-        second = await alone(client, gw, bodies)
+        ledger.prefill_weight = w  # used only without a curve
+        second_figs = await alone(client, gw, bodies)
+        second = [f["net_j"] for f in second_figs]
         ref = [(a + b) / 2 for a, b in zip(first, second, strict=True)]
+        gross = [(a["gross_j"] + b["gross_j"]) / 2
+                 for a, b in zip(first_figs, second_figs, strict=True)]
+        estimates = [f.get("standalone_j") for f in first_figs]
         runs = [await concurrent(client, gw, ledger, nvml, bodies) for _ in range(3)]
     per_run = [errors(r["nets"], ref) for r in runs]
+    standalone: dict[str, Any] = {"standalone_estimate_median_abs_error": None}
+    if all(e is not None for e in estimates):
+        est_err = [abs(e - g) / g for e, g in zip(estimates, gross, strict=True)]
+        standalone = {"standalone_estimate_median_abs_error": statistics.median(est_err),
+                      "standalone_estimate_max_abs_error": max(est_err),
+                      "standalone_estimate_j": estimates, "alone_gross_joules": gross}
     return {
+        **standalone,
+        "attribution": "curve marginal token costs" if estimates[0] is not None
+        else f"token counts, prefill weight {w:.4f}",
         "idle_power_w": ledger.idle_power_w,
         "prefill_weight_fitted": w,
         "alone_net_j_per_decode_token": j_per_decode,
@@ -185,6 +209,8 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--port", type=int, default=8301)
+    ap.add_argument("--curve", type=Path, default=None,
+                    help="the 1B's operating curve (attribution by marginal token cost)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cost = sampler_cost(10.0)
@@ -195,7 +221,9 @@ def main() -> None:
         "tiers": ["small"],
         "devices": [{"name": "gpu0", "source": "nvml", "index": 0}],
         "backends": [{"name": "llama-1b", "kind": "llamacpp", "tier": "small",
-                      "model": "llama-1b", "replicas": [
+                      "model": "llama-1b",
+                      **({"curves": str(args.curve.resolve())} if args.curve else {}),
+                      "replicas": [
                           {"url": f"http://127.0.0.1:{args.port}", "device": "gpu0"}]}],
     })
     seams = Seams()
@@ -219,7 +247,8 @@ def main() -> None:
     }
     write_json(args.out / "gpu-telemetry.json", data)
     print({k: data[k] for k in ("device", "conservation_error", "per_request_median_abs_error",
-                                "per_request_share_median_abs_error", "sampler_cpu_percent")})
+                                "per_request_share_median_abs_error",
+                                "standalone_estimate_median_abs_error", "sampler_cpu_percent")})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Several gateway processes (or replicas) can send to the same GPU; attribution
 needs every request on a device in one ledger, so the ledger lives here, one
 per host, and gateways open and close their windows over HTTP:
 
-    POST /v1/windows/open    {"device"}                      -> {"window"}
+    POST /v1/windows/open    {"device", "curve"?}            -> {"window"}
     POST /v1/windows/close   {"device", "window", "points"}  -> EnergyFigure
     POST /v1/windows/result  {"device", "window"}            -> EnergyFigure
     GET  /metrics            device energy, power, idle (Prometheus)
@@ -25,6 +25,7 @@ from typing import Any
 
 from telemetry.devices import MeteredDevice
 from telemetry.metrics import CONTENT_TYPE, Metrics
+from telemetry.rates import TOKEN_COUNTS, TokenRates
 
 log = logging.getLogger("joulegate.agent")
 
@@ -68,7 +69,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         ledger = device.ledger
         if self.path == "/v1/windows/open":
-            self._json(200, {"window": ledger.open()})
+            try:
+                rates = TokenRates.from_curve(body["curve"]) if "curve" in body \
+                    else TOKEN_COUNTS
+            except (TypeError, ValueError) as exc:
+                self._error(400, f"curve: 7 coefficients expected ({exc})")
+                return
+            self._json(200, {"window": ledger.open(rates=rates)})
             return
         if self.path not in ("/v1/windows/close", "/v1/windows/result"):
             self._error(404, f"no route {self.path}")

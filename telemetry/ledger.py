@@ -7,9 +7,13 @@ of 0 J or a whole step. For every span:
 
     idle  = min(E, idle_power_w x duration)        -> the idle account
     net   = E - idle, split among the requests overlapping the span by their
-            token work in it (decode + w x prefill, interpolated from each
-            request's token timeline); by overlap time when none did work yet;
-            and, when no request overlaps it, to the tail (unattributed) account.
+            marginal cost in it: the prompt and answer tokens each processed
+            in the span (interpolated from its token timeline), priced by its
+            backend's operating curve at its context length and the number of
+            requests running together (telemetry.rates; without a curve:
+            decode + w x prefill tokens); by overlap time when none did work
+            yet; and, when no request overlaps it, to the tail (unattributed)
+            account.
 
 A span is settled once every request overlapping it has closed (their token
 timelines are complete), or `settle_lag_s` after it ended, using the progress
@@ -34,9 +38,11 @@ import bisect
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
 
 
@@ -46,8 +52,9 @@ class _Window:
     opened_at: float
     closed_at: float | None = None
     times: list[float] = field(default_factory=list)
-    work: list[float] = field(default_factory=list)
-    prefill: list[float] = field(default_factory=list)
+    prompt: list[float] = field(default_factory=list)  # cumulative prompt tokens
+    decode: list[float] = field(default_factory=list)  # cumulative answer tokens
+    rates: TokenRates = TOKEN_COUNTS
     net_j: float = 0.0
     idle_share_j: float = 0.0
     prefill_j: float = 0.0
@@ -58,20 +65,19 @@ class _Window:
     synced: int = 0  # progress points copied so far
     mark_len: int = 0
 
-    def add_points(self, points: list[Point], until: float, w: float) -> None:
+    def add_points(self, points: list[Point], until: float) -> None:
         """Append (offset, prompt, decode) points, as absolute times up to `until`."""
         for off, prompt, decode in points:
             t = min(until, self.opened_at + max(0.0, off))
-            pw = w * prompt
             if self.times and t <= self.times[-1]:
                 t = self.times[-1]
-                self.times[-1], self.work[-1], self.prefill[-1] = t, pw + decode, pw
+                self.times[-1], self.prompt[-1], self.decode[-1] = t, prompt, decode
             else:
                 self.times.append(t)
-                self.work.append(pw + decode)
-                self.prefill.append(pw)
+                self.prompt.append(prompt)
+                self.decode.append(decode)
 
-    def sync(self, now: float, w: float) -> None:
+    def sync(self, now: float) -> None:
         """Copy the progress reported since the last sync. Only a timeline's last
         point is ever revised, so the copy restarts from the previous last point
         (`mark_len`: the arrays' length before it was added)."""
@@ -81,10 +87,10 @@ class _Window:
         points = self.progress(start)
         if not points:
             return
-        del self.times[self.mark_len:], self.work[self.mark_len:], self.prefill[self.mark_len:]
-        self.add_points(points[:-1], now, w)
+        del self.times[self.mark_len:], self.prompt[self.mark_len:], self.decode[self.mark_len:]
+        self.add_points(points[:-1], now)
         self.mark_len = len(self.times)
-        self.add_points(points[-1:], now, w)
+        self.add_points(points[-1:], now)
         self.synced = start + len(points)
 
     def overlaps(self, a: float, b: float) -> bool:
@@ -94,19 +100,24 @@ class _Window:
         end = b if self.closed_at is None else min(b, self.closed_at)
         return max(0.0, end - max(a, self.opened_at))
 
-    def work_at(self, t: float) -> tuple[float, float]:
-        """(total work, prefill work) done by time t, linearly interpolated."""
+    def tokens_at(self, t: float) -> tuple[float, float]:
+        """(prompt tokens, answer tokens) processed by time t, linearly interpolated."""
         ts = self.times
         if not ts or t <= ts[0]:
             return 0.0, 0.0
         if t >= ts[-1]:
-            return self.work[-1], self.prefill[-1]
+            return self.prompt[-1], self.decode[-1]
         i = bisect.bisect_right(ts, t)
         t0, t1 = ts[i - 1], ts[i]
         f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
-        w = self.work[i - 1] + f * (self.work[i] - self.work[i - 1])
-        p = self.prefill[i - 1] + f * (self.prefill[i] - self.prefill[i - 1])
-        return w, p
+        p = self.prompt[i - 1] + f * (self.prompt[i] - self.prompt[i - 1])
+        d = self.decode[i - 1] + f * (self.decode[i] - self.decode[i - 1])
+        return p, d
+
+    def standalone_j(self) -> float | None:
+        if not self.times:
+            return None
+        return self.rates.standalone_joules(self.prompt[-1], self.decode[-1])
 
     @property
     def final(self) -> bool:
@@ -200,13 +211,15 @@ class Ledger:
                 self.on_final(wid, figure)
 
     # -- request side ---------------------------------------------------
-    def open(self, progress: Callable[[int], list[Point]] | None = None) -> str:
+    def open(self, progress: Callable[[int], list[Point]] | None = None,
+             rates: TokenRates = TOKEN_COUNTS) -> str:
         """A new window; `progress` (optional) returns the request's token points
-        from an index on, read by the sampler thread while the request runs. Ids are
-        random (128 bits): they cannot be guessed."""
+        from an index on, read by the sampler thread while the request runs;
+        `rates`: its backend's marginal token costs. Ids are random (128 bits):
+        they cannot be guessed."""
         with self._lock:
             wid = secrets.token_urlsafe(16)
-            self._live[wid] = _Window(wid, self.clock(), progress=progress)
+            self._live[wid] = _Window(wid, self.clock(), progress=progress, rates=rates)
             self._open_count += 1
             return wid
 
@@ -223,9 +236,9 @@ class Ledger:
             self._open_count -= 1
             self._last_close_t = now
             win.times.clear()
-            win.work.clear()
-            win.prefill.clear()
-            win.add_points(sorted(points), now, self._w)
+            win.prompt.clear()
+            win.decode.clear()
+            win.add_points(sorted(points), now)
             return self._figure(win, provisional=True)
 
     def abandon(self, wid: str) -> None:
@@ -261,7 +274,8 @@ class Ledger:
 
     @prefill_weight.setter
     def prefill_weight(self, w: float) -> None:
-        """Set from calibration; applies to windows closed from now on."""
+        """Set from calibration; applies to spans settled from now on (windows
+        without a curve)."""
         with self._lock:
             self._w = w
 
@@ -277,7 +291,7 @@ class Ledger:
             if running and now - b < (self._blind_lag_s if blind else self._lag_s):
                 break
             for w in running:
-                w.sync(now, self._w)
+                w.sync(now)
             self._pending.pop(0)
             self._attribute(a, b, energy, wins)
             for w in wins:
@@ -291,7 +305,14 @@ class Ledger:
         idle_w = self._idle_w or 0.0
         idle = min(energy, idle_w * (b - a))
         net = energy - idle
-        works = [(w, *_span_work(w, a, b)) for w in wins]
+        spans = [(w, *_span_tokens(w, a, b)) for w in wins]
+        # Requests of one backend doing work in the span: the curve's batch size.
+        batch = Counter(w.rates for w, dp, dd, _ in spans if dp + dd > 0)
+        works = []
+        for w, dp, dd, context in spans:
+            n = batch.get(w.rates, 1)
+            pre = dp * w.rates.prefill_rate(n, self._w)
+            works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
         total = sum(x[1] for x in works)
         overlap_total = sum(w.overlap_s(a, b) for w in wins)
         shares: dict[str, float] = {}
@@ -335,7 +356,7 @@ class Ledger:
             gross += extra
         return EnergyFigure(
             net_j=net, gross_j=gross, source=self.source, final=win.final,
-            prefill_j=win.prefill_j, decode_j=win.decode_j,
+            prefill_j=win.prefill_j, decode_j=win.decode_j, standalone_j=win.standalone_j(),
         )
 
     def _estimate_unsettled(self, win: _Window) -> float:
@@ -373,7 +394,8 @@ class Ledger:
             del self._done[w.wid]
 
 
-def _span_work(w: _Window, a: float, b: float) -> tuple[float, float]:
-    wa, pa = w.work_at(a)
-    wb, pb = w.work_at(b)
-    return max(0.0, wb - wa), max(0.0, pb - pa)
+def _span_tokens(w: _Window, a: float, b: float) -> tuple[float, float, float]:
+    """(prompt tokens, answer tokens) processed in [a, b], and the prompt by b."""
+    pa, da = w.tokens_at(a)
+    pb, db = w.tokens_at(b)
+    return max(0.0, pb - pa), max(0.0, db - da), pb

@@ -22,6 +22,9 @@ class EnergyFigure:
     final: bool
     prefill_j: float = 0.0
     decode_j: float = 0.0
+    # What the request would have cost alone (gross), from its backend's
+    # operating curve: an estimate, None without a curve.
+    standalone_j: float | None = None
 
 
 class TokenTimeline:

@@ -36,6 +36,7 @@ def test_gateway_meters_through_the_agent(workers: Workers,
                        json={"model": "large", "messages": MSG, "max_tokens": 16})
         usage = r.json()["usage"]
         assert usage["energy_source"] == "estimate" and usage["energy_joules"] > 0
+        assert usage["energy_standalone_joules"] > 0  # the curve travelled to the agent
         assert final_energy(gw.v1, r.headers["x-joulegate-energy-id"])["final"]
         time.sleep(0.5)  # the gateway's own settle task records the histogram
         assert "joulegate_request_energy_joules_count" in httpx.get(gw.url + "/metrics").text

@@ -39,6 +39,9 @@ def test_every_request_gets_energy_and_totals_add_up(workers: Workers) -> None:
             usage = r.usage.model_dump()  # type: ignore[union-attr]
             assert usage["energy_source"] == "nvml"
             assert usage["energy_joules"] >= 0
+            # what it would have cost alone, from the backend's curve, labelled
+            assert usage["energy_standalone_joules"] > 0
+            assert usage["energy_standalone_source"] == "estimate"
             figures.append(usage)
         stream = client.chat.completions.create(
             model="large", messages=[{"role": "user", "content": "hi"}], max_tokens=24,

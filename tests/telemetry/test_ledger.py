@@ -7,6 +7,7 @@ import random
 import pytest
 
 from telemetry.ledger import Ledger
+from telemetry.rates import TOKEN_COUNTS, TokenRates
 from tests.telemetry.fakes import Clock, SteppingCounter
 
 IDLE_W = 100.0
@@ -140,8 +141,14 @@ def test_idle_baseline_is_learned_when_quiet() -> None:
     assert ledger.idle_power_w == pytest.approx(118.0, rel=0.02)
 
 
+# Two backends' curves on one device (the H200's 1B and 8B shapes), or none.
+SMALL = TokenRates.from_curve((0.3, 5.5, 49.0, 4.2, 636.0, 5.9, 0.0))
+LARGE = TokenRates.from_curve((0.0, 28.8, 117.0, 18.5, 2972.0, 29.2, 0.0))
+
+
+@pytest.mark.parametrize("curves", [False, True])
 @pytest.mark.parametrize("seed", range(25))
-def test_invariant_under_random_interleavings(seed: int) -> None:
+def test_invariant_under_random_interleavings(seed: int, curves: bool) -> None:
     rng = random.Random(seed)
     bursts = [(rng.uniform(0, 8), rng.uniform(0.01, 2), rng.uniform(10, 400)) for _ in range(12)]
 
@@ -163,7 +170,7 @@ def test_invariant_under_random_interleavings(seed: int) -> None:
         t = clock.t
         _s, d, p, n = opens[i]
         if kind == "open":
-            ids[i] = ledger.open()
+            ids[i] = ledger.open(rates=rng.choice([SMALL, LARGE]) if curves else TOKEN_COUNTS)
         else:
             ledger.close(ids[i], [(0.0, 0, 0), (d * 0.1, p, 0), (d, p, n)])
     drive(ledger, counter, clock, 12.0)
@@ -240,3 +247,41 @@ def test_a_step_costs_o_running_not_o_history() -> None:
         ledger.close(wid, [])
     drive(ledger, counter, clock, clock.t + 2.0)
     check_invariant(ledger)
+
+
+def test_curve_rates_charge_a_long_context_more_per_answer_token() -> None:
+    """Same answer tokens in the same spans: the request with the 4k-token
+    prompt pays more, as the curve's context terms say; prefill is priced by
+    the curve, not by the device's fixed weight."""
+    ledger, counter, clock = make(lambda t: IDLE_W + (300.0 if 1.0 <= t < 3.0 else 0.0))
+    drive(ledger, counter, clock, 1.0)
+    short, long_ = ledger.open(rates=SMALL), ledger.open(rates=SMALL)
+    drive(ledger, counter, clock, 3.0)
+    ledger.close(short, [(0.0, 0, 0), (0.2, 100, 0), (2.0, 100, 200)])
+    ledger.close(long_, [(0.0, 0, 0), (0.2, 4000, 0), (2.0, 4000, 200)])
+    drive(ledger, counter, clock, 4.0)
+    fs, fl = ledger.result(short), ledger.result(long_)
+    assert fs and fl and fs.final and fl.final
+    # 0.2 s of prefill (60 J net) split by the curve's prompt-token rate, then
+    # 1.8 s of decode (540 J) by its answer-token rate at each context.
+    pre = [p * SMALL.prefill_rate(2, 0.0) for p in (100, 4000)]
+    dec = [SMALL.decode_rate(p, 2) for p in (100, 4000)]
+    expected = [60 * pre[i] / sum(pre) + 540 * dec[i] / sum(dec) for i in (0, 1)]
+    assert fl.net_j / fs.net_j == pytest.approx(expected[1] / expected[0], rel=0.02)
+    assert fl.net_j / fs.net_j > 1.25  # token counts alone would say 1.0 + prefill
+    assert fl.prefill_j > fs.prefill_j > 0
+    check_invariant(ledger)
+
+
+def test_standalone_estimate_is_the_curve_at_concurrency_one() -> None:
+    ledger, counter, clock = make(lambda t: IDLE_W + 200.0)
+    drive(ledger, counter, clock, 1.0)
+    wid = ledger.open(rates=LARGE)
+    drive(ledger, counter, clock, 2.0)
+    provisional = ledger.close(wid, [(0.0, 0, 0), (0.1, 512, 0), (1.0, 512, 64)])
+    assert provisional is not None
+    assert provisional.standalone_j == pytest.approx(LARGE.standalone_joules(512, 64))
+    assert LARGE.standalone_joules(512, 64) == pytest.approx(
+        28.8 * 0.512 + (117.0 + 2972.0) * 0.064 + (18.5 + 29.2) * 0.512 * 0.064)
+    plain = ledger.open()
+    assert (ledger.close(plain, [(0.0, 5, 5)]) or provisional).standalone_j is None
