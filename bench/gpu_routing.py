@@ -167,6 +167,28 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
             "expected_quality": sum(expected) / max(1, len(expected))}
 
 
+# Modes in turns; at concurrency 8 (runs of ~20 s, where drift between runs is
+# as large as the effect) auto and always-large twice each, ABBA.
+ORDERS = {1: ("auto", "large", "small-cot"), 8: ("large", "auto", "small-cot", "auto", "large")}
+
+
+def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeated runs of one mode: mean joules and wall time, every run's joules."""
+    from collections import Counter
+
+    routes: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    for r in runs:
+        routes.update(r["routes"])
+        failed.update(r["failed"])
+    k = len(runs)
+    return {"joules": sum(r["joules"] for r in runs) / k,
+            "joules_runs": [r["joules"] for r in runs],
+            "wall_s": sum(r["wall_s"] for r in runs) / k, "routes": dict(routes),
+            "failed": dict(failed), "answered": sum(r["answered"] for r in runs),
+            "expected_quality": sum(r["expected_quality"] for r in runs) / k}
+
+
 def phase_replay(s: Setup, n: int) -> None:
     from telemetry.devices import DeviceSpec, make_reader
 
@@ -183,10 +205,14 @@ def phase_replay(s: Setup, n: int) -> None:
         acts = [f"{d['tier']}:{d['strategy']}" for d in decisions]
         quality = [{f"{c['tier']}:{c['strategy']}": c["expected_quality"]
                     for c in d["candidates"]} for d in decisions]
-        for conc in (1, 8):
-            runs = {m: asyncio.run(_mode(gw, reader, m, prompts, conc, quality))
-                    for m in ("auto", "large", "small-cot")}
+        for conc, order in ORDERS.items():
+            done: dict[str, list[dict[str, Any]]] = {}
+            for m in order:
+                done.setdefault(m, []).append(
+                    asyncio.run(_mode(gw, reader, m, prompts, conc, quality)))
+            runs = {m: _merge(rs) for m, rs in done.items()}
             results[f"c{conc}"] = {
+                "order": list(order),
                 "savings_vs_large": 1 - runs["auto"]["joules"] / runs["large"]["joules"],
                 "savings_vs_small_cot": 1 - runs["auto"]["joules"] / runs["small-cot"]["joules"],
                 "quality_ratio_vs_large": runs["auto"]["expected_quality"]

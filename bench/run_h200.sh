@@ -7,7 +7,8 @@
 #   1. setup (bench/device_setup.sh): llama-server (carried build or 5-min CUDA
 #      build), the 1B and 8B random-weight models, the wheels;
 #   2. calibrate -> gpu-curves.json (+ curves/*.json, gpu-curves.png);
-#   3. replay    -> gpu-routing.json (+ gpu-routing.png).
+#   3. replay    -> gpu-routing.json (+ gpu-routing.png);
+#   4. telemetry -> gpu-telemetry.json (attribution by the 1B's fresh curve).
 # A phase is done when its result is in bench/results/ (copy back what $OUT
 # returned, commit, call again) or already under /tmp/jg/res on a warm machine.
 # Results are copied to $OUT, which the device tool brings back.
@@ -20,7 +21,7 @@ mkdir -p "$OUT_DIR" /tmp/jg/res
 OUT= MODELS="llama-1b llama-8b" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
   || { tail -30 /tmp/jg-setup.log; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD
-for f in gpu-curves.json gpu-routing.json; do
+for f in gpu-curves.json gpu-routing.json gpu-telemetry.json; do
   [ -f "bench/results/$f" ] && [ ! -f "/tmp/jg/res/$f" ] && cp "bench/results/$f" /tmp/jg/res/
 done
 [ -d curves/h200 ] && mkdir -p /tmp/jg/curves && cp -n curves/h200/*.json /tmp/jg/curves/ 2>/dev/null || true
@@ -37,5 +38,12 @@ if [ ! -f /tmp/jg/res/gpu-routing.json ]; then
   if [ "$(left)" -lt 360 ]; then echo "replay needs ~6 min: call again"; exit 0; fi
   run replay
   cp /tmp/jg/res/gpu-routing.* "$OUT_DIR/"
+fi
+if [ ! -f /tmp/jg/res/gpu-telemetry.json ]; then
+  if [ "$(left)" -lt 200 ]; then echo "telemetry needs ~3 min: call again"; exit 0; fi
+  timeout "$(left)" python3 bench/gpu_telemetry.py --llama-server /tmp/jg/bin/llama-server \
+    --model /tmp/jg/models/llama-1b.gguf --curve /tmp/jg/curves/llama-1b.json \
+    --out /tmp/jg/res | tail -3
+  cp /tmp/jg/res/gpu-telemetry.json "$OUT_DIR/"
 fi
 echo "done in $(( $(date +%s) - start )) s; results in $OUT_DIR"
