@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from fastapi import APIRouter, Request
@@ -30,6 +30,7 @@ from app.requests import (
     validate_completion,
 )
 from app.splice import forward_spliced
+from app.traffic import Traffic
 from router.decision import POLICIES, Decision, Policy, Query, Unroutable
 from router.features import conversation_text, estimate_tokens
 from router.rewrite import rewrite_chat
@@ -52,6 +53,7 @@ class Gateway:
     max_body_bytes: int
     default_policy: Policy
     entering: int = 0  # requests being read and routed, not yet holding a slot
+    traffic: Traffic = field(default_factory=Traffic)
 
     @contextlib.contextmanager
     def admitted(self) -> Iterator[None]:
@@ -163,15 +165,18 @@ def _forced(gw: Gateway, model: str, q: Query, needs: Needs) -> Decision | None:
         policy=q.policy, reason=f"model '{model}' asked for by name", routed=False)
 
 
-def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs()) -> Decision:
-    """The decision for a request; `q.unavailable` backends are avoided."""
+def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs(),
+           arriving: bool = True) -> Decision:
+    """The decision for a request; `q.unavailable` backends are avoided.
+    `arriving`: the request will run (a dry run through /v1/route does not)."""
     if model in ("auto", gw.catalog.defaults.model):
         fits = {b.name for b in needs.fitting(gw.catalog.backends)}
         unfit = {b.name for b in gw.catalog.backends} - fits
         down = {b.name for b in gw.catalog.backends} - gw.pool.accepting()
         start = time.perf_counter()
         try:
-            d = gw.router.decide(replace(q, concurrency=gw.pool.outstanding(),
+            running = gw.traffic.expect(gw.pool.outstanding(), arriving)
+            d = gw.router.decide(replace(q, concurrency=running,
                                          unavailable=q.unavailable | down | unfit))
         except Unroutable:
             full = not down - saturated(gw)  # every backend is up but full
@@ -307,7 +312,7 @@ def build_routes() -> APIRouter:
     async def route(request: Request) -> Response:
         gw = _gw(request)
         _, req, q, needs = await _chat_query(request, gw)
-        return JSONResponse(decide(gw, req.model, q, needs).as_json())
+        return JSONResponse(decide(gw, req.model, q, needs, arriving=False).as_json())
 
     @api.get("/v1/models")
     async def models(request: Request) -> Response:

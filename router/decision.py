@@ -20,7 +20,9 @@ class Query:
     max_tokens: int | None = None
     policy: Policy = "balanced"
     max_joules: float | None = None
-    concurrency: Mapping[str, int] = field(default_factory=dict)  # backend -> in flight
+    # backend -> requests it runs now, or the batch arrivals have been meeting
+    # if larger (app.traffic): what an action would run beside.
+    concurrency: Mapping[str, int] = field(default_factory=dict)
     # Backends that cannot take a request now (no healthy replica, or saturated).
     unavailable: frozenset[str] = frozenset()
     # Keep this share of always-large quality over traffic like the reference
