@@ -19,7 +19,6 @@ import itertools
 import math
 import pickle
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -91,33 +90,41 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 class _Words:
-    """The word vectorizer's vocabulary: unigrams by word, bigrams by first
-    word then second, so no bigram string is built per request."""
+    """The word vectorizer's vocabulary as arrays: each word a number, unigram
+    features by word number, bigram features by (first, second) number pairs
+    (sorted, found by binary search). A request's terms are then counted in a
+    few numpy calls instead of a Python loop over its tokens."""
 
     def __init__(self, vectorizer: Any) -> None:
-        self.unigrams: dict[str, int] = {}
-        self.bigrams: dict[str, dict[str, int]] = {}
-        for term, i in vectorizer.vocabulary_.items():
-            first, _, second = str(term).partition(" ")
+        terms = [(str(t).partition(" "), int(i)) for t, i in vectorizer.vocabulary_.items()]
+        words = sorted({w for (first, _, second), _ in terms for w in (first, second) if w})
+        self.number = {w: k for k, w in enumerate(words)}
+        self.n_words = len(words)
+        self.unigram = np.full(len(words), -1, dtype=np.intp)
+        pairs: list[tuple[int, int]] = []
+        for (first, _, second), i in terms:
             if second:
-                self.bigrams.setdefault(first, {})[second] = int(i)
+                pairs.append((self.number[first] * self.n_words + self.number[second], i))
             else:
-                self.unigrams[first] = int(i)
+                self.unigram[self.number[first]] = i
+        pairs.sort()
+        self.pair_keys = np.array([k for k, _ in pairs], dtype=np.int64)
+        self.pair_feature = np.array([i for _, i in pairs], dtype=np.intp)
         self.size = len(vectorizer.vocabulary_)
 
-    def counts(self, tokens: list[str]) -> dict[int, int]:
-        counts: dict[int, int] = {}
-        for word, n in Counter(tokens).items():  # counted in C
-            i = self.unigrams.get(word)
-            if i is not None:
-                counts[i] = n
-        for a, b in itertools.pairwise(tokens):
-            following = self.bigrams.get(a)
-            if following is not None:
-                i = following.get(b)
-                if i is not None:
-                    counts[i] = counts.get(i, 0) + 1
-        return counts
+    def features(self, tokens: list[str]) -> np.ndarray:
+        """The feature index of every unigram and bigram occurrence in the vocabulary."""
+        if not tokens:
+            return np.zeros(0, dtype=np.intp)
+        ids = np.fromiter(map(self.number.get, tokens, itertools.repeat(-1)), dtype=np.int64,
+                          count=len(tokens))
+        uni = self.unigram[ids[ids >= 0]]
+        first, second = ids[:-1], ids[1:]
+        both = (first >= 0) & (second >= 0)
+        keys = first[both] * self.n_words + second[both]
+        pos = np.minimum(np.searchsorted(self.pair_keys, keys), len(self.pair_keys) - 1)
+        pos = pos[self.pair_keys[pos] == keys]
+        return np.concatenate((uni[uni >= 0], self.pair_feature[pos]))
 
 
 class _Chars:
@@ -140,11 +147,12 @@ class _Chars:
             self._ids[word] = ids
         return ids
 
-    def counts(self, view: str) -> dict[int, int]:
+    def features(self, view: str) -> list[int]:
+        """The feature index of every character n-gram occurrence in the vocabulary."""
         ids: list[int] = []
         for word in view.split():
             ids += self._word_ids(word)
-        return Counter(ids)
+        return ids
 
 
 class Classifier:
@@ -164,14 +172,14 @@ class Classifier:
         """The text's TF-IDF features (sparse: indices and values), computed once
         and shared by every head that reads them (categories, complexity)."""
         text = prepare(text)
-        w = self._word.counts(words(text.lower()))
-        c = self._char.counts(_SPACES.sub(" ", char_view(text)))
-        k = len(w)
-        idx = np.fromiter(itertools.chain(w, c), dtype=np.intp, count=k + len(c))
-        n = np.fromiter(itertools.chain(w.values(), c.values()), dtype=np.float64,
-                        count=k + len(c))
+        ids = np.concatenate((
+            self._word.features(words(text.lower())),
+            np.array(self._char.features(_SPACES.sub(" ", char_view(text))), dtype=np.intp)))
+        idx, n = np.unique(ids, return_counts=True)
         vals = (1.0 + np.log(n)) * self._idf[idx]  # sublinear tf x idf
-        # Each vectorizer normalises its own block (the pipeline's FeatureUnion).
+        # Each vectorizer normalises its own block (the pipeline's FeatureUnion);
+        # the word block's indices come first.
+        k = int(np.searchsorted(idx, self._word.size))
         return idx, np.concatenate((_unit(vals[:k]), _unit(vals[k:])))
 
     def _scores(self, text: str) -> np.ndarray:

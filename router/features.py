@@ -9,7 +9,9 @@ import re
 import string
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_OPERATOR = re.compile(r"[+\-*/=^<>%$]")
+_OPERATORS = "+-*/=^<>%$"
+_ASCII_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_ASCII_SPACES = str.maketrans(dict.fromkeys("\t\n\r\f\v", " "))
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _STEP_WORDS = frozenset(
     ("percent", "half", "twice", "each", "per", "every", "total", "remaining", "left", "times"))
@@ -47,18 +49,26 @@ NAMES = ("log_chars", "log_numbers", "log_operators", "questions", "log_lines",
 
 def difficulty_features(text: str) -> list[float]:
     """One value per NAMES entry."""
-    numbers = _NUMBER.findall(text)
+    ascii_ = text.isascii()
+    numbers = (_ASCII_NUMBER if ascii_ else _NUMBER).findall(text)
     return [
         math.log1p(len(text)),
         math.log1p(len(numbers)),
-        math.log1p(len(_OPERATOR.findall(text))),
+        math.log1p(sum(text.count(op) for op in _OPERATORS)),
         float(text.count("?")),
         math.log1p(text.count("\n")),
-        math.log1p(len(_SENTENCE_END.findall(text))),
+        math.log1p(_sentence_ends(text) if ascii_ else len(_SENTENCE_END.findall(text))),
         math.log1p(len(set(numbers))),
         float(any("." in n for n in numbers)),
         math.log1p(_step_words(text.lower())),
     ]
+
+
+def _sentence_ends(text: str) -> int:
+    """`_SENTENCE_END` matches in ASCII text, by str.count (3x faster): each
+    match is one of . ! ? and the whitespace it consumes, or the text's end."""
+    spaced = text.translate(_ASCII_SPACES)
+    return sum(spaced.count(f"{p} ") for p in ".!?") + (spaced[-1:] in (".", "!", "?"))
 
 
 def _step_words(lower: str) -> int:
