@@ -22,7 +22,7 @@ from app.requests import ChatRequest, CompletionRequest
 from app.routes import Gateway, RouterLike, build_routes
 from app.routing import LengthBook, build_router
 from app.settings import Settings
-from app.upstream import Timeouts, Upstream, make_client
+from app.upstream import HttpxTransport, Timeouts, Upstream, make_transport
 from router.curves import Curve
 from router.placeholder import PlaceholderRouter
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
@@ -67,10 +67,10 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         registry = seams.registry or CollectorRegistry()
         metrics = Metrics(registry)
-        client = seams.client or make_client(
+        transport = HttpxTransport(seams.client) if seams.client else make_transport(
             settings.upstream_transport, settings.connect_timeout_seconds,
             settings.upstream_keepalive_seconds)
-        upstream = Upstream(client, Timeouts(
+        upstream = Upstream(transport, Timeouts(
             settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
             settings.between_chunks_timeout_seconds))
         pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
