@@ -6,6 +6,7 @@ A bad file stops start-up with a message that names the bad field, e.g.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Literal
 
@@ -45,7 +46,7 @@ class Replica(_Strict):
     # Requests in flight at once on this replica; more wait in the backend's queue.
     max_concurrency: int = Field(default=32, gt=0)
 
-    @property
+    @functools.cached_property
     def base(self) -> str:
         return str(self.url).rstrip("/")
 
@@ -129,10 +130,21 @@ class Catalog(_Strict):
         return self
 
     def backends_of(self, tier: str) -> list[Backend]:
-        return [b for b in self.backends if b.tier == tier]
+        return self._by_tier.get(tier, [])
 
     def backend(self, name: str) -> Backend | None:
-        return next((b for b in self.backends if b.name == name), None)
+        return self._by_name.get(name)
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Backend]:
+        return {b.name: b for b in self.backends}
+
+    @functools.cached_property
+    def _by_tier(self) -> dict[str, list[Backend]]:
+        out: dict[str, list[Backend]] = {}
+        for b in self.backends:
+            out.setdefault(b.tier, []).append(b)
+        return out
 
     def device(self, name: str) -> Device:
         return next(d for d in self.devices if d.name == name)

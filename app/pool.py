@@ -67,6 +67,10 @@ class ReplicaPool:
         self._catalog = catalog
         self._queue_timeout_s = queue_timeout_s
         self._clock = clock
+        self._all = [s for states in self._states.values() for s in states]
+        self._held = 0  # slots held over all replicas
+        self._limit = sum(s.capacity for s in self._all) + sum(
+            b.max_queue for b in catalog.backends)
 
     # -- admission --------------------------------------------------------
     def _pick(self, backend: str, exclude: Collection[int]) -> ReplicaState | None:
@@ -77,6 +81,7 @@ class ReplicaPool:
 
     def _take(self, s: ReplicaState) -> ReplicaState:
         s.outstanding += 1
+        self._held += 1
         s.breaker.take()
         return s
 
@@ -110,6 +115,7 @@ class ReplicaPool:
         """Give a slot back (report the outcome first: this ends a half-open trial
         whose outcome was not reported, e.g. a departed client's)."""
         s.outstanding -= 1
+        self._held -= 1
         s.breaker.trial = False
         self._wake(s.backend.name)
 
@@ -163,13 +169,11 @@ class ReplicaPool:
 
     def load(self) -> int:
         """Requests holding or waiting for a slot, over all backends."""
-        return sum(s.outstanding for s in self.all_states()) + sum(
-            len(q) for q in self._queues.values())
+        return self._held + sum(len(q) for q in self._queues.values())
 
     def limit(self) -> int:
         """The most requests the backends hold and queue together."""
-        return sum(s.capacity for s in self.all_states()) + sum(
-            states[0].backend.max_queue for states in self._states.values())
+        return self._limit
 
     def accepting(self) -> frozenset[str]:
         """Backends a new request can be sent to now (up and not saturated)."""
@@ -190,7 +194,7 @@ class ReplicaPool:
         return len(self._queues[backend])
 
     def all_states(self) -> list[ReplicaState]:
-        return [s for states in self._states.values() for s in states]
+        return self._all
 
 
 class HealthChecker:
