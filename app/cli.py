@@ -34,9 +34,48 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    app = create_app(settings, catalog)
-    uvicorn.run(app, host=args.host or settings.host, port=args.port or settings.port,
-                log_level=settings.log_level, access_log=False)
+    host, port = args.host or settings.host, args.port or settings.port
+    if args.workers <= 1:
+        uvicorn.run(create_app(settings, catalog), host=host, port=port,
+                    log_level=settings.log_level, access_log=False)
+        return 0
+    return _serve_processes(args.workers, settings, catalog, host, port)
+
+
+def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: str,
+                     port: int) -> int:
+    """N gateway processes on one port. Energy is metered once, by an agent: the
+    one JOULEGATE_AGENT_URL names, or one started here in this (parent)
+    process; metrics are merged across the processes (Prometheus multiprocess
+    mode); learned lengths are saved by each process to the same file."""
+    import os
+    import tempfile
+
+    import uvicorn
+    from prometheus_client import CollectorRegistry
+
+    from app.embedded import free_port
+    from app.factory import device_spec
+    from telemetry.agent import start_agent
+    from telemetry.devices import metered_device, start_samplers
+    from telemetry.metrics import Metrics
+
+    env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve())}
+    if not settings.agent_url:
+        devices = {d.name: metered_device(device_spec(d), d.prefill_weight)
+                   for d in catalog.devices}
+        start_samplers(devices.values(), settings.sample_hz)
+        agent_port = free_port()
+        start_agent("127.0.0.1", agent_port, devices, Metrics(CollectorRegistry()))
+        env["JOULEGATE_AGENT_URL"] = f"http://127.0.0.1:{agent_port}"
+        logging.getLogger("joulegate").warning(
+            "%d gateway processes; energy metered by the agent at %s", workers,
+            env["JOULEGATE_AGENT_URL"])
+    env.setdefault("PROMETHEUS_MULTIPROC_DIR", os.environ.get(
+        "PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="joulegate-metrics-"))
+    os.environ.update(env)
+    uvicorn.run("app.factory:app_from_env", factory=True, workers=workers, host=host,
+                port=port, log_level=settings.log_level, access_log=False)
     return 0
 
 
@@ -156,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--models", help="models.yaml path (default JOULEGATE_MODELS_FILE)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int, default=1,
+                       help="gateway processes (>1: energy metered by an agent)")
     serve.set_defaults(func=_serve)
     agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
     agent.add_argument("--models", help="models.yaml path (its devices are metered)")

@@ -121,6 +121,12 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     return app
 
 
+def app_from_env() -> FastAPI:
+    """One of several gateway processes (`joulegate serve --workers N`): its
+    settings, models file and agent URL come from the environment."""
+    return create_app(Settings())
+
+
 def token_rates(catalog: Catalog) -> dict[str, TokenRates]:
     """Each backend's marginal token costs (its curve's), for energy attribution."""
     return {b.name: TokenRates.from_curve(Curve.load(catalog.path(b.curves)).coef)

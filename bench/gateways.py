@@ -116,9 +116,10 @@ def _litellm(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
                             stdout=(work / "litellm.log").open("wb"), stderr=subprocess.STDOUT)
 
 
-def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT
+def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1
               ) -> subprocess.Popen[bytes]:
-    """`joulegate serve` of the checkout at `root`, both tiers on the fixed upstream."""
+    """`joulegate serve [--workers N]` of the checkout at `root`, both tiers on the
+    fixed upstream."""
     shipped = yaml.safe_load((root / "models.yaml").read_text())
     # Checkouts from before admission control have no per-replica limit to set.
     limit = "max_concurrency" in (root / "app" / "catalog.py").read_text()
@@ -132,7 +133,8 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT
     models.write_text(yaml.safe_dump(shipped))
     env = dict(os.environ, JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
                JOULEGATE_LOG_LEVEL="warning", PYTHONPATH=str(root))
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=root,
+    extra = ["--workers", str(workers)] if workers > 1 else []
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "serve", *extra], env=env, cwd=root,
                             stdout=(work / f"joulegate-{port}.log").open("wb"),
                             stderr=subprocess.STDOUT)
 

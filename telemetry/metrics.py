@@ -6,11 +6,13 @@ read from the ledgers at scrape time by a collector, so they are exact.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from telemetry.ledger import Totals
@@ -104,7 +106,7 @@ class Metrics:
             buckets=_FAST_BUCKETS, registry=r)
         self._backend_up = Gauge(
             "joulegate_backend_up", "1 when a backend has a healthy replica", ["backend"],
-            registry=r)
+            registry=r, multiprocess_mode="max")
         self._stops = Counter(
             "joulegate_generation_stops", "Generations the gateway stopped, by reason",
             ["tier", "backend", "reason"], registry=r)
@@ -165,4 +167,11 @@ class Metrics:
         self._stops.labels(tier, backend, reason).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition; with several gateway processes (`serve --workers`,
+        PROMETHEUS_MULTIPROC_DIR set) every process's values, merged."""
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, directory)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
