@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 
-from app import sse
+from app import jsonio, sse
 from app.meter import Meter
 from app.pool import NoReplica, ReplicaPool, ReplicaState
 from app.upstream import Upstream, UpstreamError, UpstreamResponse
@@ -95,7 +95,7 @@ class Exchange:
         """Take a slot, open the window, send; raises NoReplica / Overloaded /
         UpstreamError with nothing held."""
         fw, pool = self.fw, self.parts.pool
-        payload = json.dumps(fw.body, separators=(",", ":")).encode()
+        payload = jsonio.dumps(fw.body)
         tried: list[int] = []
         last: UpstreamError | None = None
         while True:

@@ -20,7 +20,7 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from app import sse
+from app import jsonio, sse
 from app.assemble import Assembler
 from app.errors import (
     ApiError,
@@ -170,7 +170,7 @@ class Proxy:
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
             headers["x-joulegate-energy-source"] = figure.source
-        return JSONResponse(body, headers=headers)
+        return Response(jsonio.dumps(body), media_type="application/json", headers=headers)
 
     async def energy(self, window: str) -> EnergyFigure | None:
         return await self.parts.meter.result(window)

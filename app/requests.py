@@ -109,7 +109,7 @@ def parse_json(raw: bytes, limit_bytes: int) -> dict[str, Any]:
     if len(raw) > limit_bytes:
         raise body_too_large(limit_bytes)
     try:
-        data = json.loads(raw)
+        data = json.loads(raw)  # the standard library's meaning, big integers included
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"Request body is not valid JSON: {exc}", None, "invalid_json") from None
     except RecursionError:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app import jsonio
+
 DONE = b"data: [DONE]\n\n"
 
 
@@ -42,7 +44,7 @@ def event_json(event: bytes) -> dict[str, Any] | None:
     if not data or data == b"[DONE]":
         return None
     try:
-        obj = json.loads(data)
+        obj = jsonio.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return obj if isinstance(obj, dict) else None
@@ -61,4 +63,4 @@ def is_done(event: bytes) -> bool:
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + jsonio.dumps(obj) + b"\n\n"

@@ -8,7 +8,8 @@ in front of it (`joulegate serve`, its own process, estimate meter), and the
 LiteLLM proxy (one worker, installed by this script into its own venv under
 ~/.cache/joulegate/litellm-venv, never a project dependency), then runs wrk
 (one thread) at 1 and 50 connections: joulegate with a forced tier, `auto`,
-and `auto` streamed; LiteLLM non-streamed. Needs `apt-get install nginx-light
+and `auto` streamed, and `serve --workers 2` with a forced tier; LiteLLM
+non-streamed. Needs `apt-get install nginx-light
 wrk` (root: done by the script when missing). All in one run, same machine.
 """
 
@@ -166,9 +167,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gateways.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="joulegate-gateways-"))
-    ports = {"nginx": start_nginx(work), "joulegate": free_port(), "litellm": free_port()}
+    ports = {"nginx": start_nginx(work), "joulegate": free_port(), "litellm": free_port(),
+             "joulegate2": free_port()}
     procs = [joulegate(ports["joulegate"], ports["nginx"], work),
-             _litellm(ports["litellm"], ports["nginx"], work)]
+             _litellm(ports["litellm"], ports["nginx"], work),
+             joulegate(ports["joulegate2"], ports["nginx"], work, workers=2)]
     msg = [{"role": "user", "content": "What is the capital of France?"}]
     base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     results: dict[str, Any] = {"commit": project_commit(),
@@ -177,6 +180,7 @@ def main() -> None:
     try:
         wait_healthy(base["joulegate"] + "/readyz", 60, procs[0])
         wait_healthy(base["litellm"] + "/health/liveliness", 180, procs[1])
+        wait_healthy(base["joulegate2"] + "/readyz", 60, procs[2])
         results["litellm_version"] = subprocess.run(
             [str(CACHE / "litellm-venv" / "bin" / "python"), "-c",
              "from importlib.metadata import version; print(version('litellm'))"],
@@ -190,6 +194,8 @@ def main() -> None:
              {"model": "auto", "messages": msg}),
             ("joulegate auto, streamed", base["joulegate"] + "/v1/chat/completions",
              {"model": "auto", "messages": msg, "stream": True}),
+            ("joulegate forced tier, 2 processes", base["joulegate2"] + "/v1/chat/completions",
+             {"model": "small", "messages": msg}),
             ("LiteLLM proxy, 1 worker", base["litellm"] + "/v1/chat/completions",
              {"model": "small", "messages": msg}),
         ]

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 pkgs=(fastapi starlette pydantic pydantic-core pydantic-settings python-dotenv annotated-types
       typing-inspection typing-extensions uvicorn h11 httptools gguf click scikit-learn joblib
-      threadpoolctl)
+      threadpoolctl orjson)
 specs=$($PY - "${pkgs[@]}" <<'PYEOF'
 import sys
 from importlib.metadata import version

@@ -23,6 +23,9 @@ without one (a remote gateway's, known only when it closes) holds a span
 back for up to `blind_lag_s`, then counts no work in it. Either way the invariant holds exactly:
     attributed + idle + unattributed == measured.
 A request's figure is final once a span ending after its close has settled.
+Final figures are kept for lookups (GET /v1/energy/{id}) for `keep_results_s`
+(10 minutes), at most the last `keep_results` (20,000), without their
+timelines: memory stays flat however many requests pass.
 
 Cost: settling runs on the sampler thread only, and each counter step costs
 O(windows live): requests running plus those closed within the last lag. A
@@ -46,7 +49,7 @@ from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
 
 
-@dataclass
+@dataclass(slots=True)
 class _Window:
     wid: str
     opened_at: float
@@ -64,6 +67,7 @@ class _Window:
     progress: Callable[[int], list[Point]] | None = None
     synced: int = 0  # progress points copied so far
     mark_len: int = 0
+    standalone: float | None = None  # kept when the timeline is dropped (compact)
 
     def add_points(self, points: list[Point], until: float) -> None:
         """Append (offset, prompt, decode) points, as absolute times up to `until`."""
@@ -116,8 +120,14 @@ class _Window:
 
     def standalone_j(self) -> float | None:
         if not self.times:
-            return None
+            return self.standalone
         return self.rates.standalone_joules(self.prompt[-1], self.decode[-1])
+
+    def compact(self) -> None:
+        """Final: no span will need the timeline again; keep only the figures."""
+        self.standalone = self.standalone_j()
+        self.times, self.prompt, self.decode = [], [], []
+        self.progress = None
 
     @property
     def final(self) -> bool:
@@ -148,6 +158,7 @@ class Ledger:
         quiet_s: float = 2.0,
         max_window_s: float = 3600.0,
         keep_results_s: float = 600.0,
+        keep_results: int = 20_000,
         settle_lag_s: float = 1.0,
         blind_lag_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
@@ -160,6 +171,7 @@ class Ledger:
         self._quiet_s = quiet_s
         self._max_window_s = max_window_s
         self._keep_s = keep_results_s
+        self._keep_n = keep_results  # finished figures kept for lookups: at most
         self._lag_s = settle_lag_s
         self._blind_lag_s = blind_lag_s
         self.clock = clock
@@ -296,6 +308,7 @@ class Ledger:
             self._attribute(a, b, energy, wins)
             for w in wins:
                 if w.final:
+                    w.compact()
                     self._done[w.wid] = self._live.pop(w.wid)
                     finals.append((w.wid, self._figure(w, provisional=False)))
         return finals
@@ -386,10 +399,12 @@ class Ledger:
                 w.progress = None
                 self._open_count -= 1
             elif w.closed_at is not None and now - w.closed_at > self._keep_s:
+                w.compact()
                 self._done[w.wid] = self._live.pop(w.wid)  # never final (counter reset)
         while self._done:
             w = next(iter(self._done.values()))
-            if w.closed_at is None or now - w.closed_at <= self._keep_s:
+            recent = w.closed_at is not None and now - w.closed_at <= self._keep_s
+            if recent and len(self._done) <= self._keep_n:
                 break
             del self._done[w.wid]
 

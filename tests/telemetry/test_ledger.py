@@ -285,3 +285,23 @@ def test_standalone_estimate_is_the_curve_at_concurrency_one() -> None:
         28.8 * 0.512 + (117.0 + 2972.0) * 0.064 + (18.5 + 29.2) * 0.512 * 0.064)
     plain = ledger.open()
     assert (ledger.close(plain, [(0.0, 5, 5)]) or provisional).standalone_j is None
+
+
+def test_finished_figures_are_kept_compact_and_bounded_in_number() -> None:
+    clock = Clock()
+    counter = SteppingCounter(lambda t: IDLE_W + 50.0, clock)
+    ledger = Ledger("nvml", idle_power_w=IDLE_W, clock=clock, keep_results=5)
+    ids = []
+    for i in range(20):
+        drive(ledger, counter, clock, 0.2 * (i + 1))
+        wid = ledger.open(rates=SMALL)
+        drive(ledger, counter, clock, 0.2 * (i + 1) + 0.1)
+        ledger.close(wid, [(0.0, 0, 0), (0.05, 100, 0), (0.1, 100, 10)])
+        ids.append(wid)
+    drive(ledger, counter, clock, 10.0)
+    kept = [w for w in ids if ledger.result(w) is not None]
+    assert kept == ids[-5:]
+    last = ledger.result(ids[-1])
+    assert last is not None and last.final
+    assert last.standalone_j == pytest.approx(SMALL.standalone_joules(100, 10))
+    check_invariant(ledger)
