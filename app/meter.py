@@ -32,18 +32,6 @@ class Meter(Protocol):
     async def result(self, window: str) -> EnergyFigure | None: ...
 
 
-async def _until_final(meter: Meter, window: str, timeout_s: float, every_s: float
-                       ) -> EnergyFigure | None:
-    """Poll a window's figure until it is final (the counter stepped after the
-    request), it is gone, or the timeout: then the provisional figure."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        figure = await meter.result(window)
-        if figure is None or figure.final or asyncio.get_running_loop().time() > deadline:
-            return figure
-        await asyncio.sleep(every_s)
-
-
 def _split(window: str) -> tuple[str, str]:
     device, _, wid = window.partition("/")
     return device, wid
@@ -167,8 +155,11 @@ class RemoteMeter:
             "/v1/windows/result", {"device": device, "window": wid}))
 
     async def settle(self, window: str) -> EnergyFigure | None:
-        # Fewer polls than in-process: each one is an HTTP round trip.
-        return await _until_final(self, window, self._timeout_s, every_s=0.2)
+        """One call the agent holds until the figure is final (or the timeout)."""
+        device, wid = _split(window)
+        return _figure(await self._call(
+            "/v1/windows/result", {"device": device, "window": wid,
+                                   "wait_s": self._timeout_s}))
 
 
 def _figure(data: Any) -> EnergyFigure | None:

@@ -6,7 +6,8 @@ per host, and gateways open and close their windows over HTTP:
 
     POST /v1/windows/open    {"device", "curve"?}            -> {"window"}
     POST /v1/windows/close   {"device", "window", "points"}  -> EnergyFigure
-    POST /v1/windows/result  {"device", "window"}            -> EnergyFigure
+    POST /v1/windows/result  {"device", "window", "wait_s"?} -> EnergyFigure (held until
+                                                                final, up to wait_s)
     GET  /metrics            device energy, power, idle (Prometheus)
     GET  /healthz
 
@@ -19,13 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from telemetry.devices import MeteredDevice
+from telemetry.ledger import Ledger
 from telemetry.metrics import CONTENT_TYPE, Metrics
 from telemetry.rates import TOKEN_COUNTS, TokenRates
+from telemetry.timeline import EnergyFigure
 
 log = logging.getLogger("joulegate.agent")
 
@@ -89,11 +93,26 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             figure = ledger.close(wid, points)
         else:
-            figure = ledger.result(wid)
+            figure = _result(ledger, wid, body.get("wait_s"))
         if figure is None:
             self._error(404, f"no window {wid}")
         else:
             self._json(200, asdict(figure))
+
+
+MAX_WAIT_S = 10.0
+
+
+def _result(ledger: Ledger, wid: str, wait_s: object) -> EnergyFigure | None:
+    """The window's figure; with `wait_s`, held until it is final or that long
+    has passed (one call instead of a gateway polling)."""
+    deadline = time.monotonic() + (min(float(wait_s), MAX_WAIT_S)
+                                   if isinstance(wait_s, int | float) else 0.0)
+    while True:
+        figure = ledger.result(wid)
+        if figure is None or figure.final or time.monotonic() >= deadline:
+            return figure
+        time.sleep(0.02)
 
 
 class AgentServer(ThreadingHTTPServer):
