@@ -27,6 +27,8 @@ COPY --chown=joulegate:joulegate workers/__init__.py workers/make_models.py ./wo
 ENV PATH=/opt/joulegate/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     JOULEGATE_HOST=0.0.0.0 \
+    JOULEGATE_STATE_DIR=/srv/joulegate/state \
+    JOULEGATE_BOOTSTRAP_KEY=true \
     JOULEGATE_PORT=8000
 USER 10001
 EXPOSE 8000 9400

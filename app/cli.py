@@ -35,11 +35,87 @@ def _serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     host, port = args.host or settings.host, args.port or settings.port
+    if not _may_serve(settings, host, args.allow_unauthenticated):
+        return 2
     if args.workers <= 1:
         uvicorn.run(create_app(settings, catalog), host=host, port=port,
                     log_level=settings.log_level, access_log=False)
         return 0
     return _serve_processes(args.workers, settings, catalog, host, port)
+
+
+def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bool:
+    """A non-loopback bind needs an API key (or an explicit opt-out)."""
+    import ipaddress
+
+    from app.keys import KeyRing, KeyStore
+
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback or allow_unauthenticated or settings.allow_unauthenticated:
+        return True
+    store = KeyStore(settings.state_dir / "joulegate.db")
+    try:
+        if KeyRing(store).active():
+            return True
+        if settings.bootstrap_key:
+            _, secret = store.create("first")
+            path = settings.state_dir / "first-key"
+            path.touch(mode=0o600)
+            path.write_text(secret + "\n")
+            print(f"joulegate: created the API key 'first'; it is in {path} (read it once, "
+                  "then delete the file). Clients send it as 'Authorization: Bearer <key>' "
+                  "(the OpenAI SDK's api_key).", file=sys.stderr)
+            return True
+    finally:
+        store.close()
+    print(f"joulegate: refusing to serve {host} without an API key. Create one with "
+          "`joulegate keys create --name NAME`, or pass --allow-unauthenticated "
+          "(JOULEGATE_ALLOW_UNAUTHENTICATED=true).", file=sys.stderr)
+    return False
+
+
+def _keys(args: argparse.Namespace) -> int:
+    import json
+
+    from app.keys import KeyStore
+
+    if args.action != "list" and not args.name:
+        print(f"joulegate: keys {args.action} needs --name", file=sys.stderr)
+        return 2
+    store = KeyStore(Settings().state_dir / "joulegate.db")
+    try:
+        if args.action == "create":
+            key, secret = store.create(args.name, args.rpm, args.tpm,
+                                       models=_names(args.models))
+            print(json.dumps({**key.public(), "key": secret}, indent=2))
+            print("The key is shown once; only its hash is stored.", file=sys.stderr)
+        elif args.action == "list":
+            print(json.dumps([k.public() for k in store.all()], indent=2))
+        elif args.action == "revoke":
+            if not store.revoke(args.name):
+                print(f"joulegate: no active key named {args.name!r}", file=sys.stderr)
+                return 1
+        else:
+            fields: dict[str, object] = {k: getattr(args, k) for k in ("rpm", "tpm")
+                                         if getattr(args, k) is not None}
+            if args.models is not None:
+                fields["models"] = _names(args.models)
+            if not store.update(args.name, **fields):
+                print(f"joulegate: no key named {args.name!r}", file=sys.stderr)
+                return 1
+    except ValueError as exc:
+        print(f"joulegate: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    return 0
+
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
 
 def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: str,
@@ -197,7 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int)
     serve.add_argument("--workers", type=int, default=1,
                        help="gateway processes (>1: energy metered by an agent)")
+    serve.add_argument("--allow-unauthenticated", action="store_true",
+                       help="serve a non-loopback address with no API key")
     serve.set_defaults(func=_serve)
+    keys = sub.add_parser("keys", help="API keys (stored hashed in JOULEGATE_STATE_DIR)")
+    keys.add_argument("action", choices=["create", "list", "revoke", "update"])
+    keys.add_argument("--name", help="the key's name (create, revoke, update)")
+    keys.add_argument("--rpm", type=int, help="requests per minute")
+    keys.add_argument("--tpm", type=int, help="tokens (prompt + completion) per minute")
+    keys.add_argument("--models", help="comma-separated model names it may use")
+    keys.set_defaults(func=_keys)
     agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
     agent.add_argument("--models", help="models.yaml path (its devices are metered)")
     agent.add_argument("--host", default="0.0.0.0")

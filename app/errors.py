@@ -80,6 +80,24 @@ def overloaded(backend: str, queued: int) -> ApiError:
     )
 
 
+def invalid_api_key() -> ApiError:
+    return ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+                    "invalid_request_error", None, "invalid_api_key",
+                    {"www-authenticate": "Bearer"})
+
+
+def model_not_allowed(model: str) -> ApiError:
+    return ApiError(403, f"This key may not use the model '{model}'", "invalid_request_error",
+                    "model", "model_not_allowed")
+
+
+def rate_limited(limit: str, retry_after_s: int) -> ApiError:
+    what = {"rpm": "requests", "tpm": "tokens"}.get(limit, limit)
+    return ApiError(429, f"This key's {what} per minute limit is reached; retry in "
+                    f"{retry_after_s} s", "rate_limit_error", None, f"{limit}_limit_exceeded",
+                    {"retry-after": str(retry_after_s)})
+
+
 def upstream_rejected(backend: str, status: int, message: str) -> ApiError:
     """A worker's own error answer: its 4xx are the request's fault (400), 503 is
     a busy or loading worker (503), other 5xx the worker's (502)."""

@@ -57,6 +57,7 @@ class Forward:
     disconnected: Callable[[], Awaitable[bool]] | None = None  # the client went away?
     # For `auto`: the plan without the given backends (failover), or None.
     fallback: Callable[[frozenset[str]], Forward | None] | None = None
+    key_id: str | None = None  # the API key that sent it (None: open gateway)
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Parts:
     metrics: Metrics
     on_complete: Callable[[Decision, int], None] = lambda d, n: None
     rates: Mapping[str, TokenRates] = field(default_factory=dict)  # backend -> curve's
+    on_tokens: Callable[[str, int], None] = lambda key_id, n: None  # a key's tokens spent
     settling: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -269,6 +271,9 @@ class Exchange:
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
         self.usage = usage
+        if fw.key_id is not None and self.count:  # all prompt tokens, cached or not
+            total = usage.get("total_tokens")
+            p.on_tokens(fw.key_id, total if isinstance(total, int) else prompt + completion)
         return self.figure
 
 

@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry
 from app.catalog import Catalog, Device, load_catalog
 from app.errors import install_handlers
 from app.exchange import Parts
+from app.keys import KeyRing, KeyStore
+from app.limits import RateLimits
 from app.meter import LocalMeter, Meter, RemoteMeter
 from app.openapi import install_openapi
 from app.pool import HealthChecker, ReplicaPool
@@ -90,8 +92,14 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         lengths_file = catalog.routing.lengths_file
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
+        limits = RateLimits()
+        store = KeyStore(settings.state_dir / "joulegate.db")
+        keys = KeyRing(store)
+        if not keys.active():
+            log.warning("no API keys in %s: serving without authentication "
+                        "(create one: joulegate keys create --name NAME)", settings.state_dir)
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
-                            token_rates(catalog)))
+                            token_rates(catalog), limits.spent))
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
@@ -101,7 +109,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(
             catalog, pool, proxy, router, metrics,
-            settings.max_body_bytes, settings.policy)
+            settings.max_body_bytes, settings.policy, keys=keys, limits=limits)
         try:
             yield
         finally:
@@ -111,6 +119,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             for s in samplers:
                 s.stop()
             await upstream.aclose()
+            store.close()
 
     app = FastAPI(title="joulegate", lifespan=lifespan)
     install_handlers(app)

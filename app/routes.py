@@ -12,8 +12,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.catalog import Backend, Catalog
-from app.errors import ApiError, bad_request, no_healthy_worker, not_found_model, overloaded
+from app.errors import (
+    ApiError,
+    bad_request,
+    invalid_api_key,
+    model_not_allowed,
+    no_healthy_worker,
+    not_found_model,
+    overloaded,
+    rate_limited,
+)
 from app.exchange import Forward
+from app.keys import ApiKey, KeyRing
+from app.limits import RateLimits
 from app.openapi import ERROR_RESPONSES, OK_RESPONSE, TEXT_RESPONSE, request_body
 from app.pool import ReplicaPool
 from app.proxy import Proxy
@@ -53,6 +64,8 @@ class Gateway:
     max_body_bytes: int
     default_policy: Policy
     entering: int = 0  # requests being read and routed, not yet holding a slot
+    keys: KeyRing | None = None  # None, or no active key: open (local development)
+    limits: RateLimits = field(default_factory=RateLimits)
     traffic: Traffic = field(default_factory=Traffic)
 
     @contextlib.contextmanager
@@ -96,6 +109,21 @@ class Needs:
 
 
 BodyFor = Callable[[Decision, Backend], dict[str, Any]]
+
+
+def authorize(gw: Gateway, request: Request) -> ApiKey | None:
+    """The request's API key (None when the gateway runs open); 401 without a
+    valid one, 429 with Retry-After when the key is over its rates."""
+    if gw.keys is None or not gw.keys.active():
+        return None
+    scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+    key = gw.keys.find(secret.strip()) if scheme.lower() == "bearer" and secret else None
+    if key is None:
+        raise invalid_api_key()
+    refusal = gw.limits.admit(key)
+    if refusal is not None:
+        raise rate_limited(refusal.limit, refusal.retry_after_s)
+    return key
 
 
 def _gw(request: Request) -> Gateway:
@@ -201,7 +229,8 @@ def saturated(gw: Gateway) -> set[str]:
 
 
 def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path: str,
-         body_for: BodyFor, stream: bool, wants_usage: bool, received: float) -> Forward:
+         body_for: BodyFor, stream: bool, wants_usage: bool, received: float,
+         key: ApiKey | None = None) -> Forward:
     """The forward for a request; for `auto` and tiers, with a fallback that
     plans again without the backends that could not take it."""
     d = decide(gw, model, q, needs)
@@ -218,14 +247,17 @@ def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path
     def fallback(excluded: frozenset[str]) -> Forward | None:
         try:
             return plan(gw, request, model, replace(q, unavailable=q.unavailable | excluded),
-                        needs, path, body_for, stream, wants_usage, received)
+                        needs, path, body_for, stream, wants_usage, received, key)
         except ApiError:
             return None
 
+    if key is not None and key.models is not None and model not in key.models:
+        raise model_not_allowed(model)
     return Forward(path, body, d, "auto" if d.routed else "forced", stream, wants_usage,
                    q.prompt_tokens, received, model_name=backend.model,
                    disconnected=request.is_disconnected,
-                   fallback=fallback if reroutable else None)
+                   fallback=fallback if reroutable else None,
+                   key_id=key.id if key is not None else None)
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any]:
@@ -265,6 +297,7 @@ def build_routes() -> APIRouter:
     async def chat(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
+        key = authorize(gw, request)
         with gw.admitted():
             body, req, q, needs = await _chat_query(request, gw)
 
@@ -273,7 +306,7 @@ def build_routes() -> APIRouter:
 
             wants_usage = bool(req.stream_options and req.stream_options.include_usage)
             fw = plan(gw, request, req.model, q, needs, "/v1/chat/completions", body_for,
-                      req.stream, wants_usage, received)
+                      req.stream, wants_usage, received, key)
         d = fw.decision
         backend = gw.catalog.backend(d.backend)
         assert backend is not None
@@ -288,6 +321,7 @@ def build_routes() -> APIRouter:
     async def completions(request: Request) -> Response:
         received = time.perf_counter()
         gw = _gw(request)
+        key = authorize(gw, request)
         with gw.admitted():
             body = await _body(request, gw.max_body_bytes)
             req = validate_completion(body)
@@ -305,18 +339,20 @@ def build_routes() -> APIRouter:
 
             wants_usage = bool(req.stream_options and req.stream_options.include_usage)
             fw = plan(gw, request, req.model, q, Needs(tokens=req.max_tokens),
-                      "/v1/completions", body_for, req.stream, wants_usage, received)
+                      "/v1/completions", body_for, req.stream, wants_usage, received, key)
         return await gw.proxy.forward(fw)
 
     @api.post("/v1/route", openapi_extra=request_body(ChatRequest), responses=ERROR_RESPONSES)
     async def route(request: Request) -> Response:
         gw = _gw(request)
+        authorize(gw, request)
         _, req, q, needs = await _chat_query(request, gw)
         return JSONResponse(decide(gw, req.model, q, needs, arriving=False).as_json())
 
     @api.get("/v1/models")
     async def models(request: Request) -> Response:
         gw = _gw(request)
+        authorize(gw, request)
         now = int(time.time())
         data: list[dict[str, Any]] = [
             {"id": "auto", "object": "model", "created": now, "owned_by": "joulegate",
@@ -335,7 +371,9 @@ def build_routes() -> APIRouter:
 
     @api.get("/v1/energy/{device}/{wid}", responses=ERROR_RESPONSES)
     async def energy(request: Request, device: str, wid: str) -> Response:
-        figure = await _gw(request).proxy.energy(f"{device}/{wid}")
+        gw = _gw(request)
+        authorize(gw, request)
+        figure = await gw.proxy.energy(f"{device}/{wid}")
         if figure is None:
             raise ApiError(404, f"No energy record '{device}/{wid}'", "invalid_request_error",
                            "id", "energy_not_found")

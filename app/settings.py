@@ -33,4 +33,11 @@ class Settings(BaseSettings):
     policy: PolicyName = "balanced"
     sample_hz: float = Field(default=20.0, gt=0, le=100)
     agent_url: str | None = None
+    # API keys and (later) usage live in state_dir/joulegate.db (SQLite).
+    state_dir: Path = Path(".joulegate")
+    # Serve a non-loopback address without any API key (otherwise refused).
+    allow_unauthenticated: bool = False
+    # With no key yet on a non-loopback bind: create one, write it to
+    # state_dir/first-key (mode 600) and say where (the container image sets it).
+    bootstrap_key: bool = False
     log_level: str = "info"

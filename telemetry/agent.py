@@ -37,6 +37,9 @@ log = logging.getLogger("joulegate.agent")
 class _Handler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle's algorithm the second
+    # waits for the client's delayed ACK (~40 ms per call, measured).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug(format, *args)

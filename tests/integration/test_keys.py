@@ -1,0 +1,113 @@
+"""API keys against a real worker: open without keys, 401 without a valid key,
+per-key requests and tokens per minute (429 + Retry-After), model lists,
+revocation, the CLI, and the refusal to serve a public address unprotected."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from app.embedded import free_port, run_gateway
+from app.keys import KeyStore
+from tests.integration.conftest import Workers, catalog_for
+from workers.local import ROOT
+
+pytestmark = pytest.mark.integration
+MSG = [{"role": "user", "content": "Say hi."}]
+
+
+def chat(url: str, key: str | None, model: str = "small") -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(url + "/chat/completions", headers=headers, timeout=30,
+                      json={"model": model, "messages": MSG, "max_tokens": 4})
+
+
+def test_without_keys_the_gateway_runs_open(workers: Workers, tmp_path: Path) -> None:
+    with run_gateway(catalog_for([workers.small], [workers.large]),
+                     state_dir=tmp_path) as gw:
+        assert chat(gw.v1, None).status_code == 200
+
+
+def test_keys_authenticate_limit_and_revoke(workers: Workers, tmp_path: Path) -> None:
+    store = KeyStore(tmp_path / "joulegate.db")
+    _, plain = store.create("team-a")
+    _, two_a_minute = store.create("team-b", rpm=2)
+    _, few_tokens = store.create("team-c", tpm=10)
+    _, small_only = store.create("team-d", models=["small", "auto"])
+    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path) as gw:
+        for key in (None, "jg-not-a-key", plain[:-1]):
+            r = chat(gw.v1, key)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(gw.v1 + "/models").status_code == 401
+        # the OpenAI SDK, unchanged: its api_key is the Bearer token
+        client = openai.OpenAI(base_url=gw.v1, api_key=plain, max_retries=0)
+        r = client.chat.completions.create(model="auto", messages=MSG, max_tokens=4)  # type: ignore[arg-type]
+        assert r.choices[0].message is not None
+        assert [chat(gw.v1, two_a_minute).status_code for _ in range(2)] == [200, 200]
+        refused = chat(gw.v1, two_a_minute)
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "rpm_limit_exceeded"
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert chat(gw.v1, few_tokens).status_code == 200  # spends > 10 tokens
+        over = chat(gw.v1, few_tokens)
+        assert over.status_code == 429 and over.json()["error"]["code"] == "tpm_limit_exceeded"
+        r = chat(gw.v1, small_only, model="large")
+        assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+        assert chat(gw.v1, small_only, model="small").status_code == 200
+        assert store.revoke("team-a")
+        time.sleep(2.5)  # the gateway re-reads the keys every 2 s
+        assert chat(gw.v1, plain).status_code == 401
+        assert chat(gw.v1, small_only).status_code == 200
+        metrics = httpx.get(gw.url + "/metrics").text
+    assert plain not in metrics and "jg-" not in metrics
+    store.close()
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
+    env["JOULEGATE_STATE_DIR"] = str(tmp_path)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_shows_a_key_once_and_refuses_public_binds_without_one(tmp_path: Path) -> None:
+    port = str(free_port())
+    refused = _cli(tmp_path, "serve", "--host", "0.0.0.0", "--port", port)
+    assert refused.returncode == 2 and "refusing to serve" in refused.stderr
+    created = _cli(tmp_path, "keys", "create", "--name", "team-a", "--rpm", "600")
+    assert created.returncode == 0
+    secret = json.loads(created.stdout)["key"]
+    assert secret.startswith("jg-") and len(secret) > 40
+    listed = _cli(tmp_path, "keys", "list")
+    assert secret not in listed.stdout and json.loads(listed.stdout)[0]["rpm"] == 600
+    assert _cli(tmp_path, "keys", "update", "--name", "team-a", "--rpm", "5").returncode == 0
+    assert json.loads(_cli(tmp_path, "keys", "list").stdout)[0]["rpm"] == 5
+    assert _cli(tmp_path, "keys", "revoke", "--name", "team-a").returncode == 0
+    assert _cli(tmp_path, "keys", "revoke", "--name", "team-a").returncode == 1
+
+
+def test_first_start_on_a_public_address_can_create_a_key(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
+    env.update(JOULEGATE_STATE_DIR=str(tmp_path), JOULEGATE_BOOTSTRAP_KEY="true",
+               JOULEGATE_PORT=str(free_port()), JOULEGATE_HOST="0.0.0.0")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "first-key").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        secret = (tmp_path / "first-key").read_text().strip()
+        assert secret.startswith("jg-")
+        assert oct((tmp_path / "first-key").stat().st_mode & 0o777) == "0o600"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert "first-key" in out and secret not in out  # where it is, never the key itself
