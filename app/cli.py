@@ -88,8 +88,8 @@ def _keys(args: argparse.Namespace) -> int:
     store = KeyStore(Settings().state_dir / "joulegate.db")
     try:
         if args.action == "create":
-            key, secret = store.create(args.name, args.rpm, args.tpm,
-                                       models=_names(args.models))
+            key, secret = store.create(args.name, args.rpm, args.tpm, args.joule_budget,
+                                       args.budget_period or "month", _names(args.models))
             print(json.dumps({**key.public(), "key": secret}, indent=2))
             print("The key is shown once; only its hash is stored.", file=sys.stderr)
         elif args.action == "list":
@@ -99,8 +99,9 @@ def _keys(args: argparse.Namespace) -> int:
                 print(f"joulegate: no active key named {args.name!r}", file=sys.stderr)
                 return 1
         else:
-            fields: dict[str, object] = {k: getattr(args, k) for k in ("rpm", "tpm")
-                                         if getattr(args, k) is not None}
+            fields: dict[str, object] = {
+                k: getattr(args, k) for k in ("rpm", "tpm", "joule_budget", "budget_period")
+                if getattr(args, k) is not None}
             if args.models is not None:
                 fields["models"] = _names(args.models)
             if not store.update(args.name, **fields):
@@ -111,6 +112,27 @@ def _keys(args: argparse.Namespace) -> int:
         return 2
     finally:
         store.close()
+    return 0
+
+
+def _usage(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from app.spend import SpendLedger, parse_since, usage_totals
+
+    seconds = parse_since(args.since)
+    if seconds is None:
+        print("joulegate: --since takes e.g. 24h or 7d", file=sys.stderr)
+        return 2
+    ledger = SpendLedger(Settings().state_dir / "joulegate.db")
+    try:
+        rows = ledger.rows(None, time.time() - seconds)
+        if args.key:
+            rows = [r for r in rows if r["key_name"] == args.key]
+        print(json.dumps(usage_totals(rows), indent=2))
+    finally:
+        ledger.close()
     return 0
 
 
@@ -282,7 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     keys.add_argument("--rpm", type=int, help="requests per minute")
     keys.add_argument("--tpm", type=int, help="tokens (prompt + completion) per minute")
     keys.add_argument("--models", help="comma-separated model names it may use")
+    keys.add_argument("--joule-budget", type=float, help="net joules per budget period")
+    keys.add_argument("--budget-period", choices=["day", "week", "month"])
     keys.set_defaults(func=_keys)
+    usage = sub.add_parser("usage", help="requests, tokens and joules from the usage ledger")
+    usage.add_argument("--since", default="7d")
+    usage.add_argument("--key", help="only this key's (by name)")
+    usage.set_defaults(func=_usage)
     agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
     agent.add_argument("--models", help="models.yaml path (its devices are metered)")
     agent.add_argument("--host", default="0.0.0.0")

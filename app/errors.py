@@ -7,8 +7,10 @@ upstream adapter, the request parser) into `ApiError`; this module turns an
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -89,6 +91,14 @@ def invalid_api_key() -> ApiError:
 def model_not_allowed(model: str) -> ApiError:
     return ApiError(403, f"This key may not use the model '{model}'", "invalid_request_error",
                     "model", "model_not_allowed")
+
+
+def joule_budget_exceeded(budget_j: float, period: str, reset_at: float) -> ApiError:
+    when = dt.datetime.fromtimestamp(reset_at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    retry = max(1, math.ceil(reset_at - time.time()))
+    return ApiError(429, f"This key's energy budget of {budget_j:g} J per {period} is spent; "
+                    f"it resets at {when}", "rate_limit_error", None, "joule_budget_exceeded",
+                    {"retry-after": str(retry), "x-joulegate-budget-reset": when})
 
 
 def rate_limited(limit: str, retry_after_s: int) -> ApiError:

@@ -17,15 +17,17 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
 import anyio
 
 from app import jsonio, sse
+from app.keys import ApiKey
 from app.meter import Meter
 from app.pool import NoReplica, ReplicaPool, ReplicaState
+from app.spend import UsageRow
 from app.upstream import Upstream, UpstreamError, UpstreamResponse
 from app.usage import Prior, chunk_text, loop_chunk, plus_prior, usage_tokens
 from router.decision import Decision
@@ -57,7 +59,7 @@ class Forward:
     disconnected: Callable[[], Awaitable[bool]] | None = None  # the client went away?
     # For `auto`: the plan without the given backends (failover), or None.
     fallback: Callable[[frozenset[str]], Forward | None] | None = None
-    key_id: str | None = None  # the API key that sent it (None: open gateway)
+    key: ApiKey | None = None  # the API key that sent it (None: open gateway)
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Parts:
     on_complete: Callable[[Decision, int], None] = lambda d, n: None
     rates: Mapping[str, TokenRates] = field(default_factory=dict)  # backend -> curve's
     on_tokens: Callable[[str, int], None] = lambda key_id, n: None  # a key's tokens spent
+    on_usage: Callable[[UsageRow], None] = lambda row: None  # a finished request's row
     settling: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -84,6 +87,7 @@ class Exchange:
         self.window: str | None = None
         self.timeline = TokenTimeline()
         self.status = "ok"
+        self._row: UsageRow | None = None  # written when the energy figure is final
         self.usage_event: dict[str, Any] | None = None
         self.decode = 0
         self.figure: EnergyFigure | None = None
@@ -264,24 +268,40 @@ class Exchange:
         total_s = time.perf_counter() - fw.received_at
         p.metrics.observe_overhead(max(0.0, total_s - upstream_s))
         if self.window is not None:
-            task = asyncio.create_task(_settle(p, d, self.window))
+            task = asyncio.create_task(_settle(p, d, self.window, lambda: self._row))
             p.settling.add(task)
             task.add_done_callback(p.settling.discard)
         if not isinstance(usage, dict):  # ended before the worker's usage chunk
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
         self.usage = usage
-        if fw.key_id is not None and self.count:  # all prompt tokens, cached or not
+        if fw.key is not None and self.count:  # all prompt tokens, cached or not
             total = usage.get("total_tokens")
-            p.on_tokens(fw.key_id, total if isinstance(total, int) else prompt + completion)
+            p.on_tokens(fw.key.id, total if isinstance(total, int) else prompt + completion)
+        if self.count:
+            row = UsageRow(time.time(), fw.key.id if fw.key else None,
+                           fw.key.name if fw.key else None, fw.route, d.tier, d.backend,
+                           d.strategy, d.category, self.status, prompt, completion, None,
+                           None, "unavailable", total_s)
+            if self.window is None:
+                p.on_usage(row)
+            else:
+                self._row = row
         return self.figure
 
 
-async def _settle(p: Parts, d: Decision, window: str) -> None:
-    """Wait for the final figure (the next counter step) and record it."""
+async def _settle(p: Parts, d: Decision, window: str,
+                  row: Callable[[], UsageRow | None]) -> None:
+    """Wait for the final figure (the next counter step), record it, and write
+    the request's usage row with it."""
     figure = await p.meter.settle(window)
     if figure is not None:
         p.metrics.request_energy(d.tier, d.backend, figure)
+    done = row()
+    if done is not None:
+        p.on_usage(done if figure is None else replace(
+            done, energy_net_j=figure.net_j, energy_gross_j=figure.gross_j,
+            source=figure.source))
 
 
 def _error_envelope(error: object) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from app.requests import ChatRequest, CompletionRequest
 from app.routes import Gateway, RouterLike, build_routes
 from app.routing import LengthBook, build_router
 from app.settings import Settings
+from app.spend import SpendLedger
 from app.upstream import HttpxTransport, Timeouts, Upstream, make_transport
 from router.curves import Curve
 from router.placeholder import PlaceholderRouter
@@ -98,8 +99,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         if not keys.active():
             log.warning("no API keys in %s: serving without authentication "
                         "(create one: joulegate keys create --name NAME)", settings.state_dir)
+        spend = SpendLedger(settings.state_dir / "joulegate.db")
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
-                            token_rates(catalog), limits.spent))
+                            token_rates(catalog), limits.spent, spend.record))
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
@@ -109,7 +111,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(
             catalog, pool, proxy, router, metrics,
-            settings.max_body_bytes, settings.policy, keys=keys, limits=limits)
+            settings.max_body_bytes, settings.policy, keys=keys, limits=limits, spend=spend)
         try:
             yield
         finally:
@@ -119,6 +121,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             for s in samplers:
                 s.stop()
             await upstream.aclose()
+            spend.close()  # writes the rows still queued
             store.close()
 
     app = FastAPI(title="joulegate", lifespan=lifespan)

@@ -52,6 +52,16 @@ class ApiKey:
                 "models": list(self.models) if self.models is not None else None}
 
 
+def open_database(path: Path) -> sqlite3.Connection:
+    """The state database (one file for keys and usage; WAL: readers never wait
+    for the writer). Autocommit: callers open their own transactions."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA busy_timeout=5000")
+    return db
+
+
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -60,12 +70,9 @@ class KeyStore:
     """The keys table. Thread-safe; one short transaction per call."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db = open_database(path)
         self._lock = threading.Lock()
         with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
             self._migrate()
 
     def _migrate(self) -> None:

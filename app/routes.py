@@ -16,6 +16,7 @@ from app.errors import (
     ApiError,
     bad_request,
     invalid_api_key,
+    joule_budget_exceeded,
     model_not_allowed,
     no_healthy_worker,
     not_found_model,
@@ -40,6 +41,7 @@ from app.requests import (
     validate_chat,
     validate_completion,
 )
+from app.spend import SpendLedger, parse_since, period_end, usage_totals
 from app.splice import forward_spliced
 from app.traffic import Traffic
 from router.decision import POLICIES, Decision, Policy, Query, Unroutable
@@ -66,6 +68,7 @@ class Gateway:
     entering: int = 0  # requests being read and routed, not yet holding a slot
     keys: KeyRing | None = None  # None, or no active key: open (local development)
     limits: RateLimits = field(default_factory=RateLimits)
+    spend: SpendLedger | None = None  # the usage ledger (budgets, GET /v1/usage)
     traffic: Traffic = field(default_factory=Traffic)
 
     @contextlib.contextmanager
@@ -111,15 +114,22 @@ class Needs:
 BodyFor = Callable[[Decision, Backend], dict[str, Any]]
 
 
-def authorize(gw: Gateway, request: Request) -> ApiKey | None:
+def authorize(gw: Gateway, request: Request, generates: bool = True) -> ApiKey | None:
     """The request's API key (None when the gateway runs open); 401 without a
-    valid one, 429 with Retry-After when the key is over its rates."""
+    valid one. For a request that `generates`: 429 with Retry-After when the
+    key's energy budget is spent or it is over its rates."""
     if gw.keys is None or not gw.keys.active():
         return None
     scheme, _, secret = request.headers.get("authorization", "").partition(" ")
     key = gw.keys.find(secret.strip()) if scheme.lower() == "bearer" and secret else None
     if key is None:
         raise invalid_api_key()
+    if not generates:
+        return key
+    if key.joule_budget is not None and gw.spend is not None \
+            and gw.spend.spent_j(key) >= key.joule_budget:
+        raise joule_budget_exceeded(key.joule_budget, key.budget_period,
+                                    period_end(key.budget_period, time.time()))
     refusal = gw.limits.admit(key)
     if refusal is not None:
         raise rate_limited(refusal.limit, refusal.retry_after_s)
@@ -257,7 +267,7 @@ def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path
                    q.prompt_tokens, received, model_name=backend.model,
                    disconnected=request.is_disconnected,
                    fallback=fallback if reroutable else None,
-                   key_id=key.id if key is not None else None)
+                   key=key)
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any]:
@@ -345,14 +355,14 @@ def build_routes() -> APIRouter:
     @api.post("/v1/route", openapi_extra=request_body(ChatRequest), responses=ERROR_RESPONSES)
     async def route(request: Request) -> Response:
         gw = _gw(request)
-        authorize(gw, request)
+        authorize(gw, request, generates=False)
         _, req, q, needs = await _chat_query(request, gw)
         return JSONResponse(decide(gw, req.model, q, needs, arriving=False).as_json())
 
     @api.get("/v1/models")
     async def models(request: Request) -> Response:
         gw = _gw(request)
-        authorize(gw, request)
+        authorize(gw, request, generates=False)
         now = int(time.time())
         data: list[dict[str, Any]] = [
             {"id": "auto", "object": "model", "created": now, "owned_by": "joulegate",
@@ -372,12 +382,27 @@ def build_routes() -> APIRouter:
     @api.get("/v1/energy/{device}/{wid}", responses=ERROR_RESPONSES)
     async def energy(request: Request, device: str, wid: str) -> Response:
         gw = _gw(request)
-        authorize(gw, request)
+        authorize(gw, request, generates=False)
         figure = await gw.proxy.energy(f"{device}/{wid}")
         if figure is None:
             raise ApiError(404, f"No energy record '{device}/{wid}'", "invalid_request_error",
                            "id", "energy_not_found")
         return JSONResponse({"id": f"{device}/{wid}", **asdict(figure)})
+
+    @api.get("/v1/usage", responses=ERROR_RESPONSES)
+    async def usage(request: Request, since: str = "7d") -> Response:
+        """Finished requests since `since` (e.g. 24h, 7d): a key sees its own
+        (an open gateway: all), with totals by day and by model."""
+        gw = _gw(request)
+        key = authorize(gw, request, generates=False)
+        seconds = parse_since(since)
+        if seconds is None:
+            raise bad_request("since: a number and a unit, e.g. 24h or 7d", "since",
+                              "invalid_since")
+        rows = [] if gw.spend is None else gw.spend.rows(
+            key.id if key else None, time.time() - seconds)
+        return JSONResponse({"object": "list", "since": since, **usage_totals(rows),
+                             "data": rows[-1000:]})
 
     @api.get("/healthz")
     async def healthz() -> Response:

@@ -10,14 +10,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
 from app.embedded import free_port, run_gateway
+from app.factory import Seams
 from app.keys import KeyStore
 from tests.integration.conftest import Workers, catalog_for
+from tests.integration.test_energy import fake_gpu
 from workers.local import ROOT
 
 pytestmark = pytest.mark.integration
@@ -111,3 +114,101 @@ def test_first_start_on_a_public_address_can_create_a_key(tmp_path: Path) -> Non
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert "first-key" in out and secret not in out  # where it is, never the key itself
+
+
+def _usage(url: str, key: str) -> dict[str, Any]:
+    r = httpx.get(url + "/usage", params={"since": "1d"},
+                  headers={"authorization": f"Bearer {key}"}, timeout=10)
+    assert r.status_code == 200
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def _until_rows(url: str, key: str, n: int) -> dict[str, Any]:
+    """Rows are written once each request's energy is final (the next step)."""
+    deadline = time.monotonic() + 10
+    while True:
+        u = _usage(url, key)
+        if u["totals"].get("requests", 0) >= n or time.monotonic() > deadline:
+            return u
+        time.sleep(0.1)
+
+
+def test_joule_budgets_and_the_usage_ledger_survive_a_restart(workers: Workers,
+                                                               tmp_path: Path) -> None:
+    store = KeyStore(tmp_path / "joulegate.db")
+    _, tiny = store.create("tiny", joule_budget=0.001, budget_period="day")
+    _, other = store.create("other")
+    store.close()
+    catalog = catalog_for([workers.small], [workers.large])
+    with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path) as gw:
+        assert chat(gw.v1, tiny).status_code == 200
+        u = _until_rows(gw.v1, tiny, 1)
+        assert u["totals"]["requests"] == 1 and u["totals"]["energy_net_j"] > 0.001
+        row = u["data"][0]
+        assert row["key_name"] == "tiny" and row["source"] == "nvml" and row["status"] == "ok"
+        assert row["energy_gross_j"] >= row["energy_net_j"] > 0 and row["completion_tokens"] > 0
+        over = chat(gw.v1, tiny)
+        assert over.status_code == 429
+        assert over.json()["error"]["code"] == "joule_budget_exceeded"
+        assert int(over.headers["retry-after"]) <= 86400
+        assert "x-joulegate-budget-reset" in over.headers
+        assert chat(gw.v1, other).status_code == 200
+        theirs = _until_rows(gw.v1, other, 1)
+        assert theirs["totals"]["requests"] == 1  # a key sees its own rows only
+        assert list(theirs["by_model"]) == ["small-llamacpp"]
+    with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path) as gw:
+        assert chat(gw.v1, tiny).status_code == 429  # the spend was persisted
+        assert _usage(gw.v1, tiny)["totals"]["requests"] == 1
+    cli = _cli(tmp_path, "usage", "--since", "1d")
+    assert cli.returncode == 0 and json.loads(cli.stdout)["totals"]["requests"] == 2
+
+
+def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
+                                                             tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+
+    import yaml
+
+    from app.spend import SpendLedger
+
+    store = KeyStore(tmp_path / "joulegate.db")
+    key, secret = store.create("team-a")
+    store.close()
+    shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
+    for b in shipped["backends"]:
+        url = workers.small if b["tier"] == "small" else workers.large
+        b["replicas"] = [{"url": url, "device": shipped["devices"][0]["name"]}]
+        b["curves"] = str(ROOT / b["curves"])
+    shipped["devices"][0]["source"] = "estimate"
+    shipped["routing"]["lengths_file"] = None
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(shipped))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
+    env.update(JOULEGATE_STATE_DIR=str(tmp_path), JOULEGATE_PORT=str(port),
+               JOULEGATE_MODELS_FILE=str(tmp_path / "models.yaml"))
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        from workers.local import wait_healthy
+
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
+        url = f"http://127.0.0.1:{port}/v1"
+        for i in range(30):
+            assert chat(url, secret, model="small" if i % 2 else "large").status_code == 200
+            if i == 19:
+                time.sleep(3.0)  # the first 20 are final and written by now
+        db = sqlite3.connect(str(tmp_path / "joulegate.db"))
+        committed = db.execute("SELECT COUNT(*), SUM(energy_net_j) FROM usage").fetchone()
+        db.close()
+        assert committed[0] >= 20
+    finally:
+        proc.send_signal(signal.SIGKILL)  # under way: the last requests' rows are in flight
+        proc.wait(timeout=30)
+    ledger = SpendLedger(tmp_path / "joulegate.db")
+    rows = ledger.rows(key.id, 0.0)
+    assert len(rows) >= committed[0]  # nothing committed was lost
+    assert len(rows) <= 30  # nor written twice
+    assert ledger.spent_j(key) == sum(r["energy_net_j"] or 0.0 for r in rows)
+    ledger.close()

@@ -1,0 +1,188 @@
+"""The usage ledger: one row per finished request, and each key's joules per
+budget period.
+
+Rows are written by a background thread in batches (every `flush_s`, or
+`batch` rows), never on a request's path; a row is written once its energy
+figure is final (net and gross joules, source). `close` writes what is left.
+Each key's spend in its current period is kept in memory (loaded from the
+table at start, then added to as rows are recorded), so a budget check is a
+dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from app.keys import ApiKey, BudgetPeriod, open_database
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS usage (
+    time REAL NOT NULL, key_id TEXT, key_name TEXT, route TEXT, tier TEXT, backend TEXT,
+    strategy TEXT, category TEXT, status TEXT, prompt_tokens INTEGER,
+    completion_tokens INTEGER, energy_net_j REAL, energy_gross_j REAL, source TEXT,
+    latency_s REAL)"""
+INDEX = "CREATE INDEX IF NOT EXISTS usage_key_time ON usage (key_id, time)"
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    time: float
+    key_id: str | None
+    key_name: str | None
+    route: str
+    tier: str
+    backend: str
+    strategy: str
+    category: str
+    status: str
+    prompt_tokens: int
+    completion_tokens: int
+    energy_net_j: float | None
+    energy_gross_j: float | None
+    source: str
+    latency_s: float
+
+
+COLUMNS = [f.name for f in fields(UsageRow)]
+
+
+def period_start(period: BudgetPeriod, now: float) -> float:
+    """Start of the UTC day, ISO week (Monday) or month holding `now`."""
+    d = dt.datetime.fromtimestamp(now, dt.UTC)
+    day = d.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        start = day
+    elif period == "week":
+        start = day - dt.timedelta(days=day.weekday())
+    else:
+        start = day.replace(day=1)
+    return start.timestamp()
+
+
+def period_end(period: BudgetPeriod, now: float) -> float:
+    start = dt.datetime.fromtimestamp(period_start(period, now), dt.UTC)
+    if period == "day":
+        return (start + dt.timedelta(days=1)).timestamp()
+    if period == "week":
+        return (start + dt.timedelta(days=7)).timestamp()
+    days = calendar.monthrange(start.year, start.month)[1]
+    return (start + dt.timedelta(days=days)).timestamp()
+
+
+class SpendLedger:
+    def __init__(self, path: Path, flush_s: float = 0.5, batch: int = 200,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._db = open_database(path)
+        self._db.execute(SCHEMA)
+        self._db.execute(INDEX)
+        self._clock = clock
+        self._queue: queue.Queue[UsageRow | None] = queue.Queue()
+        self._flush_s = flush_s
+        self._batch = batch
+        self._lock = threading.Lock()
+        self._spent: dict[tuple[str, float], float] = {}  # (key id, period start) -> J
+        self._unwritten: list[UsageRow] = []  # recorded, not yet committed (FIFO)
+        self._thread = threading.Thread(target=self._write, name="joulegate-usage",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- budgets ---------------------------------------------------------
+    def spent_j(self, key: ApiKey) -> float:
+        """Net joules of the key's finished requests in its current period."""
+        start = period_start(key.budget_period, self._clock())
+        with self._lock:
+            cached = self._spent.get((key.id, start))
+            if cached is not None:
+                return cached
+            row = self._db.execute(
+                "SELECT COALESCE(SUM(energy_net_j), 0) FROM usage WHERE key_id = ? "
+                "AND time >= ?", (key.id, start)).fetchone()
+            pending = sum(r.energy_net_j or 0.0 for r in self._unwritten
+                          if r.key_id == key.id and r.time >= start)
+            self._spent[(key.id, start)] = float(row[0]) + pending
+            return self._spent[(key.id, start)]
+
+    # -- rows ------------------------------------------------------------
+    def record(self, row: UsageRow) -> None:
+        with self._lock:
+            for (key_id, start), total in list(self._spent.items()):
+                if key_id == row.key_id and row.time >= start:
+                    self._spent[(key_id, start)] = total + (row.energy_net_j or 0.0)
+            self._unwritten.append(row)
+        self._queue.put(row)
+
+    def _write(self) -> None:
+        done = False
+        while not done:
+            rows: list[UsageRow] = []
+            deadline = time.monotonic() + self._flush_s
+            while len(rows) < self._batch:
+                try:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is None:
+                    done = True
+                    break
+                rows.append(item)
+            if rows:
+                with self._lock:
+                    self._db.execute("BEGIN")
+                    self._db.executemany(
+                        f"INSERT INTO usage ({', '.join(COLUMNS)}) VALUES "
+                        f"({', '.join('?' for _ in COLUMNS)})", [astuple(r) for r in rows])
+                    self._db.execute("COMMIT")
+                    del self._unwritten[:len(rows)]
+
+    def rows(self, key_id: str | None, since: float) -> list[dict[str, Any]]:
+        """Finished requests since `since` (a key's own, or all for None)."""
+        sql = f"SELECT {', '.join(COLUMNS)} FROM usage WHERE time >= ?"
+        args: list[Any] = [since]
+        if key_id is not None:
+            sql += " AND key_id = ?"
+            args.append(key_id)
+        with self._lock:
+            found = self._db.execute(sql + " ORDER BY time", args).fetchall()
+        return [dict(zip(COLUMNS, r, strict=True)) for r in found]
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        with self._lock:
+            self._db.close()
+
+
+def parse_since(text: str) -> float | None:
+    """Seconds in "90s", "30m", "24h", "7d"; None if unreadable."""
+    m = re.fullmatch(r"([0-9]{1,9}(?:\.[0-9]{1,6})?)([smhd])", text)
+    if m is None:
+        return None
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def usage_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Requests, tokens and net joules: in all, by UTC day and by backend."""
+    def add(into: dict[str, Any], r: dict[str, Any]) -> None:
+        into["requests"] = into.get("requests", 0) + 1
+        into["prompt_tokens"] = into.get("prompt_tokens", 0) + (r["prompt_tokens"] or 0)
+        into["completion_tokens"] = (into.get("completion_tokens", 0)
+                                     + (r["completion_tokens"] or 0))
+        into["energy_net_j"] = into.get("energy_net_j", 0.0) + (r["energy_net_j"] or 0.0)
+
+    total: dict[str, Any] = {}
+    by_day: dict[str, dict[str, Any]] = {}
+    by_model: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        add(total, r)
+        day = dt.datetime.fromtimestamp(r["time"], dt.UTC).strftime("%Y-%m-%d")
+        add(by_day.setdefault(day, {}), r)
+        add(by_model.setdefault(r["backend"], {}), r)
+    return {"totals": total, "by_day": by_day, "by_model": by_model}

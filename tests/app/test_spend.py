@@ -1,0 +1,45 @@
+"""The usage ledger: rows written in batches off the request path, budgets per
+period from memory, everything back after a reopen."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from app.keys import ApiKey
+from app.spend import SpendLedger, UsageRow, period_end, period_start, usage_totals
+
+KEY = ApiKey("k1", "team-a", "h", 0.0, joule_budget=10.0, budget_period="day")
+
+
+def row(t: float, joules: float, key: str | None = "k1", backend: str = "small") -> UsageRow:
+    return UsageRow(t, key, "team-a" if key else None, "auto", "small", backend, "direct",
+                    "chat", "ok", 10, 5, joules, joules + 1.0, "nvml", 0.01)
+
+
+def test_spend_counts_before_and_after_the_rows_are_written(tmp_path: Path) -> None:
+    now = time.time()
+    ledger = SpendLedger(tmp_path / "db", flush_s=0.05)
+    assert ledger.spent_j(KEY) == 0.0
+    ledger.record(row(now, 3.0))
+    ledger.record(row(now, 4.0))
+    ledger.record(row(period_start("day", now) - 1, 100.0))  # the previous day
+    ledger.record(row(now, 50.0, key=None))  # an open gateway's request
+    assert ledger.spent_j(KEY) == 7.0  # unwritten rows count at once
+    ledger.close()
+    reopened = SpendLedger(tmp_path / "db")
+    assert reopened.spent_j(KEY) == 7.0
+    rows = reopened.rows("k1", period_start("day", now))
+    assert [r["energy_net_j"] for r in rows] == [3.0, 4.0]
+    assert len(reopened.rows(None, 0.0)) == 4
+    totals = usage_totals(rows)
+    assert totals["totals"] == {"requests": 2, "prompt_tokens": 20, "completion_tokens": 10,
+                                "energy_net_j": 7.0}
+    assert list(totals["by_model"]) == ["small"]
+    reopened.close()
+
+
+def test_periods_hold_now() -> None:
+    now = time.time()
+    for p in ("day", "week", "month"):
+        assert period_start(p, now) <= now < period_end(p, now)  # type: ignore[arg-type]
