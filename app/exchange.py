@@ -62,6 +62,9 @@ class Forward:
     key: ApiKey | None = None  # the API key that sent it (None: open gateway)
 
 
+MAX_OWNERS = 20_000  # as many as the ledger keeps figures for
+
+
 @dataclass
 class Parts:
     """What every exchange uses, built once by the app factory."""
@@ -74,6 +77,8 @@ class Parts:
     rates: Mapping[str, TokenRates] = field(default_factory=dict)  # backend -> curve's
     on_tokens: Callable[[str, int], None] = lambda key_id, n: None  # a key's tokens spent
     on_usage: Callable[[UsageRow], None] = lambda row: None  # a finished request's row
+    # energy id -> the API key that made the request (recent ones; GET /v1/energy)
+    owners: dict[str, str] = field(default_factory=dict)
     settling: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -120,6 +125,8 @@ class Exchange:
             except BaseException:
                 pool.release(state)
                 raise
+            if window is not None and fw.key is not None:
+                self._own(window, fw.key.id)
             try:
                 self.response = await self._send(state, payload)
             except UpstreamError as exc:
@@ -238,6 +245,12 @@ class Exchange:
             self.status = "error"
         with anyio.CancelScope(shield=True):
             await self.end()
+
+    def _own(self, window: str, key_id: str) -> None:
+        owners = self.parts.owners
+        if len(owners) >= MAX_OWNERS:
+            del owners[next(iter(owners))]  # the oldest (insertion order)
+        owners[window] = key_id
 
     async def end(self) -> EnergyFigure | None:
         """Release everything, once; returns the (provisional) energy figure."""

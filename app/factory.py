@@ -24,7 +24,7 @@ from app.requests import ChatRequest, CompletionRequest
 from app.routes import Gateway, RouterLike, build_routes
 from app.routing import LengthBook, build_router
 from app.settings import Settings
-from app.spend import SpendLedger
+from app.spend import SpendLedger, UsageRow
 from app.upstream import HttpxTransport, Timeouts, Upstream, make_transport
 from router.curves import Curve
 from router.placeholder import PlaceholderRouter
@@ -101,7 +101,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                         "(create one: joulegate keys create --name NAME)", settings.state_dir)
         spend = SpendLedger(settings.state_dir / "joulegate.db")
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
-                            token_rates(catalog), limits.spent, spend.record))
+                            token_rates(catalog), limits.spent,
+                            lambda row: record_usage(row, spend, metrics)))
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
@@ -131,6 +132,12 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     install_openapi(app, [ChatRequest, CompletionRequest], names,
                     max(b.context_tokens for b in catalog.backends))
     return app
+
+
+def record_usage(row: UsageRow, spend: SpendLedger, metrics: Metrics) -> None:
+    spend.record(row)
+    if row.key_name is not None and row.energy_net_j is not None:
+        metrics.key_energy(row.key_name, row.energy_net_j)
 
 
 def app_from_env() -> FastAPI:

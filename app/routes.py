@@ -382,7 +382,11 @@ def build_routes() -> APIRouter:
     @api.get("/v1/energy/{device}/{wid}", responses=ERROR_RESPONSES)
     async def energy(request: Request, device: str, wid: str) -> Response:
         gw = _gw(request)
-        authorize(gw, request, generates=False)
+        key = authorize(gw, request, generates=False)
+        owner = gw.proxy.parts.owners.get(f"{device}/{wid}")
+        if key is not None and owner != key.id:  # another key's request: as if unknown
+            raise ApiError(404, f"No energy record '{device}/{wid}'", "invalid_request_error",
+                           "id", "energy_not_found")
         figure = await gw.proxy.energy(f"{device}/{wid}")
         if figure is None:
             raise ApiError(404, f"No energy record '{device}/{wid}'", "invalid_request_error",

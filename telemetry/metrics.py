@@ -104,6 +104,9 @@ class Metrics:
         self._overhead_s = Histogram(
             "joulegate_overhead_seconds", "Time the gateway added to a request",
             buckets=_FAST_BUCKETS, registry=r)
+        self._key_energy = Counter(
+            "joulegate_key_energy_joules", "Net joules of finished requests, by API key name",
+            ["key"], registry=r)
         self._backend_up = Gauge(
             "joulegate_backend_up", "1 when a backend has a healthy replica", ["backend"],
             registry=r, multiprocess_mode="max")
@@ -136,6 +139,11 @@ class Metrics:
 
     def request(self, tier: str, backend: str, route: str, category: str, status: str) -> None:
         self._requests.labels(tier, backend, route, category, status).inc()
+
+    def key_energy(self, key_name: str, joules: float) -> None:
+        """Net joules per API key, by its name (names are the admin's: bounded;
+        never the key itself)."""
+        self._key_energy.labels(key_name).inc(max(0.0, joules))
 
     def request_energy(self, tier: str, backend: str, figure: EnergyFigure) -> None:
         self._request_energy.labels(tier, backend, figure.source).observe(figure.net_j)

@@ -142,8 +142,15 @@ def test_joule_budgets_and_the_usage_ledger_survive_a_restart(workers: Workers,
     store.close()
     catalog = catalog_for([workers.small], [workers.large])
     with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path) as gw:
-        assert chat(gw.v1, tiny).status_code == 200
+        first = chat(gw.v1, tiny)
+        assert first.status_code == 200
         u = _until_rows(gw.v1, tiny, 1)
+        energy = gw.v1 + "/energy/" + first.headers["x-joulegate-energy-id"]
+        assert httpx.get(energy, headers={"authorization": f"Bearer {tiny}"}).status_code == 200
+        assert httpx.get(energy, headers={"authorization": f"Bearer {other}"}).status_code == 404
+        metrics = httpx.get(gw.url + "/metrics").text
+        assert 'joulegate_key_energy_joules_total{key="tiny"}' in metrics
+        assert tiny not in metrics
         assert u["totals"]["requests"] == 1 and u["totals"]["energy_net_j"] > 0.001
         row = u["data"][0]
         assert row["key_name"] == "tiny" and row["source"] == "nvml" and row["status"] == "ok"

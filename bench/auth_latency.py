@@ -1,0 +1,76 @@
+"""What authentication, rate limits and the joule budget add to a request.
+
+Times the gateway's own check (`app.routes.authorize`: Bearer header, key
+lookup by hash with a constant-time compare, budget from memory, requests per
+minute) on a real SQLite state database with 1,000 keys, every key with a
+budget and limits, against the open gateway's check (no keys).
+
+    python -m bench.auth_latency  ->  bench/results/auth-latency.json
+Goal (issue 12): <= 0.1 ms p50 on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from starlette.requests import Request
+
+from app.keys import KeyRing, KeyStore
+from app.limits import RateLimits
+from app.routes import Gateway, authorize
+from app.spend import SpendLedger
+from bench.gpu_common import project_commit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Gw:
+    def __init__(self, keys: KeyRing | None, spend: SpendLedger | None) -> None:
+        self.keys, self.spend, self.limits = keys, spend, RateLimits()
+
+
+def _request(secret: str | None) -> Request:
+    headers = [(b"authorization", f"Bearer {secret}".encode())] if secret else []
+    return Request({"type": "http", "method": "POST", "path": "/v1/chat/completions",
+                    "headers": headers, "query_string": b""})
+
+
+def _time(gw: Any, request: Request, n: int) -> dict[str, float]:
+    for _ in range(200):
+        authorize(cast(Gateway, gw), request)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        authorize(cast(Gateway, gw), request)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return {"p50_ms": 1000 * statistics.median(times),
+            "p99_ms": 1000 * times[int(0.99 * len(times))]}
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = KeyStore(Path(tmp) / "joulegate.db")
+        secrets = [store.create(f"team-{i}", rpm=10**9, tpm=10**9, joule_budget=1e12)[1]
+                   for i in range(1000)]
+        spend = SpendLedger(Path(tmp) / "joulegate.db")
+        keyed = _Gw(KeyRing(store, refresh_s=3600), spend)
+        result = {"keys": 1000, "calls": 20000,
+                  "with_keys": _time(keyed, _request(secrets[500]), 20000),
+                  "open_gateway": _time(_Gw(None, None), _request(None), 20000),
+                  "storage": "sqlite", "commit": project_commit(),
+                  "goal": "<= 0.1 ms p50 on SQLite"}
+        spend.close()
+        store.close()
+    out = ROOT / "bench" / "results" / "auth-latency.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
