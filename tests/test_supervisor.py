@@ -19,7 +19,7 @@ def test_exited_child_is_restarted_with_backoff(tmp_path: Path) -> None:
         child.tend(time.monotonic())
         time.sleep(0.05)
     assert child.restarts == 2
+    assert child.proc is not None
+    child.proc.wait(timeout=5)  # the third start has run (and written) by then
     assert marker.read_text() == "xxx"
     assert child.backoff_s == 4.0  # 1 s, then 2 s, doubling
-    assert child.proc is not None
-    child.proc.wait(timeout=5)

@@ -108,3 +108,18 @@ def final_energy(v1: str, energy_id: str, timeout_s: float = 3.0) -> dict[str, A
         time.sleep(0.05)
         fig = httpx.get(f"{v1}/energy/{energy_id}").json()
     return fig
+
+
+def models_file(workers: Workers, directory: Path) -> Path:
+    """models.yaml for a `joulegate serve` subprocess in front of the test
+    workers (estimate meter, the CPU curves, no learned lengths)."""
+    shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
+    for b in shipped["backends"]:
+        url = workers.small if b["tier"] == "small" else workers.large
+        b["replicas"] = [{"url": url, "device": shipped["devices"][0]["name"]}]
+        b["curves"] = str(ROOT / b["curves"])
+    shipped["devices"][0]["source"] = "estimate"
+    shipped["routing"]["lengths_file"] = None
+    path = directory / "models.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    return path

@@ -19,7 +19,7 @@ import pytest
 from app.embedded import free_port, run_gateway
 from app.factory import Seams
 from app.keys import KeyStore
-from tests.integration.conftest import Workers, catalog_for
+from tests.integration.conftest import Workers, catalog_for, models_file
 from tests.integration.test_energy import fake_gpu
 from workers.local import ROOT
 
@@ -176,25 +176,16 @@ def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
     import signal
     import sqlite3
 
-    import yaml
-
     from app.spend import SpendLedger
 
     store = KeyStore(tmp_path / "joulegate.db")
     key, secret = store.create("team-a")
     store.close()
-    shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
-    for b in shipped["backends"]:
-        url = workers.small if b["tier"] == "small" else workers.large
-        b["replicas"] = [{"url": url, "device": shipped["devices"][0]["name"]}]
-        b["curves"] = str(ROOT / b["curves"])
-    shipped["devices"][0]["source"] = "estimate"
-    shipped["routing"]["lengths_file"] = None
-    (tmp_path / "models.yaml").write_text(yaml.safe_dump(shipped))
+    models = models_file(workers, tmp_path)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
     env.update(JOULEGATE_STATE_DIR=str(tmp_path), JOULEGATE_PORT=str(port),
-               JOULEGATE_MODELS_FILE=str(tmp_path / "models.yaml"))
+               JOULEGATE_MODELS_FILE=str(models))
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -12,10 +12,9 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-import yaml
 
 from app.embedded import free_port
-from tests.integration.conftest import Workers
+from tests.integration.conftest import Workers, models_file
 from workers.local import ROOT, wait_healthy
 
 pytestmark = pytest.mark.integration
@@ -23,15 +22,7 @@ pytestmark = pytest.mark.integration
 
 def test_two_processes_answer_meter_and_count_together(workers: Workers,
                                                          tmp_path: Path) -> None:
-    shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
-    for b in shipped["backends"]:
-        url = workers.small if b["tier"] == "small" else workers.large
-        b["replicas"] = [{"url": url, "device": shipped["devices"][0]["name"]}]
-        b["curves"] = str(ROOT / b["curves"])
-    shipped["devices"][0]["source"] = "estimate"
-    shipped["routing"]["lengths_file"] = None
-    models = tmp_path / "models.yaml"
-    models.write_text(yaml.safe_dump(shipped))
+    models = models_file(workers, tmp_path)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOULEGATE_", "PROMETHEUS_"))}
     env.update(JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port))
