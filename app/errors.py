@@ -88,6 +88,11 @@ def invalid_api_key() -> ApiError:
                     {"www-authenticate": "Bearer"})
 
 
+def admin_only() -> ApiError:
+    return ApiError(403, "Only the admin key (JOULEGATE_ADMIN_KEY) may do this",
+                    "invalid_request_error", None, "admin_only")
+
+
 def model_not_allowed(model: str) -> ApiError:
     return ApiError(403, f"This key may not use the model '{model}'", "invalid_request_error",
                     "model", "model_not_allowed")

@@ -95,7 +95,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         router = seams.router or make_router(catalog, book)
         limits = RateLimits()
         store = KeyStore(settings.state_dir / "joulegate.db")
-        keys = KeyRing(store)
+        keys = KeyRing(store, admin_secret=settings.admin_key)
         if not keys.active():
             log.warning("no API keys in %s: serving without authentication "
                         "(create one: joulegate keys create --name NAME)", settings.state_dir)

@@ -135,11 +135,18 @@ class KeyStore:
             self._db.close()
 
 
-class KeyRing:
-    """The active keys in memory, by hash; refreshed from the store."""
+ADMIN_ID = "admin"
 
-    def __init__(self, store: KeyStore, refresh_s: float = 2.0) -> None:
+
+class KeyRing:
+    """The active keys in memory, by hash; refreshed from the store. The admin
+    key (JOULEGATE_ADMIN_KEY) is never stored: it is compared to the setting."""
+
+    def __init__(self, store: KeyStore, refresh_s: float = 2.0,
+                 admin_secret: str | None = None) -> None:
         self._store = store
+        self._admin = ApiKey(ADMIN_ID, ADMIN_ID, digest(admin_secret), 0.0) \
+            if admin_secret else None
         self._refresh_s = refresh_s
         self._by_hash: dict[str, ApiKey] = {}
         self._loaded = float("-inf")
@@ -152,7 +159,11 @@ class KeyRing:
     def active(self) -> bool:
         """Whether any key is active (else the gateway runs open)."""
         self._maybe_refresh()
-        return bool(self._by_hash)
+        return bool(self._by_hash) or self._admin is not None
+
+    @property
+    def store(self) -> KeyStore:
+        return self._store
 
     def _maybe_refresh(self) -> None:
         if time.monotonic() - self._loaded > self._refresh_s:
@@ -161,6 +172,8 @@ class KeyRing:
     def find(self, secret: str) -> ApiKey | None:
         self._maybe_refresh()
         h = digest(secret)
+        if self._admin is not None and hmac.compare_digest(self._admin.hash, h):
+            return self._admin
         key = self._by_hash.get(h)
         if key is None or not hmac.compare_digest(key.hash, h):
             return None

@@ -31,7 +31,9 @@ ERROR_SCHEMA: dict[str, Any] = {
 }
 
 _ERRORS = {
-    400: "Invalid request", 404: "Unknown model or record", 413: "Body too large",
+    400: "Invalid request", 401: "Missing or unknown API key",
+    403: "Not allowed for this key", 404: "Unknown model or record", 409: "Exists already",
+    413: "Body too large",
     415: "Not application/json", 429: "At capacity (Retry-After)",
     502: "Worker failed", 503: "No healthy worker (Retry-After)", 504: "Worker timed out",
 }

@@ -158,6 +158,25 @@ def validate_chat(body: dict[str, Any]) -> ChatRequest:
         raise _translate(exc) from None
 
 
+class NewKey(BaseModel):
+    """POST /v1/admin/keys."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    rpm: int | None = Field(default=None, gt=0)
+    tpm: int | None = Field(default=None, gt=0)
+    joule_budget: float | None = Field(default=None, gt=0)
+    budget_period: Literal["day", "week", "month"] = "month"
+    models: list[str] | None = None
+
+
+def validate_new_key(body: dict[str, Any]) -> NewKey:
+    try:
+        return NewKey.model_validate(body)
+    except ValidationError as exc:
+        raise _translate(exc) from None
+
+
 def validate_completion(body: dict[str, Any]) -> CompletionRequest:
     try:
         return CompletionRequest.model_validate(body)

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from app.catalog import Backend, Catalog
 from app.errors import (
     ApiError,
+    admin_only,
     bad_request,
     invalid_api_key,
     joule_budget_exceeded,
@@ -24,7 +25,7 @@ from app.errors import (
     rate_limited,
 )
 from app.exchange import Forward
-from app.keys import ApiKey, KeyRing
+from app.keys import ADMIN_ID, ApiKey, KeyRing, KeyStore
 from app.limits import RateLimits
 from app.openapi import ERROR_RESPONSES, OK_RESPONSE, TEXT_RESPONSE, request_body
 from app.pool import ReplicaPool
@@ -32,6 +33,7 @@ from app.proxy import Proxy
 from app.requests import (
     ChatRequest,
     CompletionRequest,
+    NewKey,
     body_too_large,
     is_json_type,
     message_text,
@@ -40,6 +42,7 @@ from app.requests import (
     unsupported_media_type,
     validate_chat,
     validate_completion,
+    validate_new_key,
 )
 from app.spend import SpendLedger, parse_since, period_end, usage_totals
 from app.splice import forward_spliced
@@ -134,6 +137,14 @@ def authorize(gw: Gateway, request: Request, generates: bool = True) -> ApiKey |
     if refusal is not None:
         raise rate_limited(refusal.limit, refusal.retry_after_s)
     return key
+
+
+def _admin_store(request: Request) -> KeyStore:
+    gw = _gw(request)
+    key = authorize(gw, request, generates=False)
+    if key is None or key.id != ADMIN_ID or gw.keys is None:
+        raise admin_only()
+    return gw.keys.store
 
 
 def _gw(request: Request) -> Gateway:
@@ -384,7 +395,7 @@ def build_routes() -> APIRouter:
         gw = _gw(request)
         key = authorize(gw, request, generates=False)
         owner = gw.proxy.parts.owners.get(f"{device}/{wid}")
-        if key is not None and owner != key.id:  # another key's request: as if unknown
+        if key is not None and key.id != ADMIN_ID and owner != key.id:  # as if unknown
             raise ApiError(404, f"No energy record '{device}/{wid}'", "invalid_request_error",
                            "id", "energy_not_found")
         figure = await gw.proxy.energy(f"{device}/{wid}")
@@ -403,10 +414,35 @@ def build_routes() -> APIRouter:
         if seconds is None:
             raise bad_request("since: a number and a unit, e.g. 24h or 7d", "since",
                               "invalid_since")
-        rows = [] if gw.spend is None else gw.spend.rows(
-            key.id if key else None, time.time() - seconds)
+        mine = key.id if key is not None and key.id != ADMIN_ID else None
+        rows = [] if gw.spend is None else gw.spend.rows(mine, time.time() - seconds)
         return JSONResponse({"object": "list", "since": since, **usage_totals(rows),
                              "data": rows[-1000:]})
+
+    @api.get("/v1/admin/keys", responses=ERROR_RESPONSES)
+    async def admin_list(request: Request) -> Response:
+        store = _admin_store(request)
+        return JSONResponse({"object": "list", "data": [k.public() for k in store.all()]})
+
+    @api.post("/v1/admin/keys", openapi_extra=request_body(NewKey),
+              responses={201: {"description": "The new key, shown once"}, **ERROR_RESPONSES})
+    async def admin_create(request: Request) -> Response:
+        store = _admin_store(request)
+        spec = validate_new_key(await _body(request, 64 * 1024))
+        try:
+            key, secret = store.create(spec.name, spec.rpm, spec.tpm, spec.joule_budget,
+                                       spec.budget_period, spec.models)
+        except ValueError as exc:
+            raise ApiError(409, str(exc), "invalid_request_error", "name",
+                           "key_exists") from None
+        return JSONResponse({**key.public(), "key": secret}, status_code=201)
+
+    @api.post("/v1/admin/keys/{name}/revoke", responses=ERROR_RESPONSES)
+    async def admin_revoke(request: Request, name: str) -> Response:
+        if not _admin_store(request).revoke(name):
+            raise ApiError(404, f"No active key named '{name}'", "invalid_request_error",
+                           "name", "key_not_found")
+        return JSONResponse({"name": name, "revoked": True})
 
     @api.get("/healthz")
     async def healthz() -> Response:

@@ -40,4 +40,6 @@ class Settings(BaseSettings):
     # With no key yet on a non-loopback bind: create one, write it to
     # state_dir/first-key (mode 600) and say where (the container image sets it).
     bootstrap_key: bool = False
+    # The admin key: manages keys through /v1/admin/keys and sees all usage.
+    admin_key: str | None = None
     log_level: str = "info"

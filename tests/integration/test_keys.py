@@ -210,3 +210,31 @@ def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
     assert len(rows) <= 30  # nor written twice
     assert ledger.spent_j(key) == sum(r["energy_net_j"] or 0.0 for r in rows)
     ledger.close()
+
+
+def test_the_admin_key_manages_keys_and_sees_all_usage(workers: Workers,
+                                                        tmp_path: Path) -> None:
+    admin = "jg-admin-" + "x" * 40
+    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path,
+                     admin_key=admin) as gw:
+        h = {"authorization": f"Bearer {admin}"}
+        assert chat(gw.v1, None).status_code == 401  # the admin key alone closes the gateway
+        r = httpx.post(gw.v1 + "/admin/keys", headers=h,
+                       json={"name": "team-a", "rpm": 100, "models": ["small"]})
+        assert r.status_code == 201
+        secret = r.json()["key"]
+        dup = httpx.post(gw.v1 + "/admin/keys", headers=h, json={"name": "team-a"})
+        assert dup.status_code == 409
+        bad = httpx.post(gw.v1 + "/admin/keys", headers=h, json={"name": "a b", "rpm": -1})
+        assert bad.status_code == 400
+        time.sleep(2.5)  # the new key is read within 2 s
+        assert chat(gw.v1, secret).status_code == 200
+        denied = httpx.get(gw.v1 + "/admin/keys",
+                           headers={"authorization": f"Bearer {secret}"})
+        assert denied.status_code == 403 and denied.json()["error"]["code"] == "admin_only"
+        listed = httpx.get(gw.v1 + "/admin/keys", headers=h).json()["data"]
+        assert [k["name"] for k in listed] == ["team-a"] and "hash" not in listed[0]
+        assert _until_rows(gw.v1, admin, 1)["totals"]["requests"] == 1  # everyone's rows
+        assert httpx.post(gw.v1 + "/admin/keys/team-a/revoke", headers=h).status_code == 200
+        time.sleep(2.5)
+        assert chat(gw.v1, secret).status_code == 401
