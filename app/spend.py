@@ -88,7 +88,8 @@ class SpendLedger:
         self._flush_s = flush_s
         self._batch = batch
         self._lock = threading.Lock()
-        self._spent: dict[tuple[str, float], float] = {}  # (key id, period start) -> J
+        # key id -> (start of the period last asked about, net joules since then)
+        self._spent: dict[str, tuple[float, float]] = {}
         self._unwritten: list[UsageRow] = []  # recorded, not yet committed (FIFO)
         self._thread = threading.Thread(target=self._write, name="joulegate-usage",
                                         daemon=True)
@@ -99,23 +100,25 @@ class SpendLedger:
         """Net joules of the key's finished requests in its current period."""
         start = period_start(key.budget_period, self._clock())
         with self._lock:
-            cached = self._spent.get((key.id, start))
-            if cached is not None:
-                return cached
+            cached = self._spent.get(key.id)
+            if cached is not None and cached[0] == start:
+                return cached[1]
             row = self._db.execute(
                 "SELECT COALESCE(SUM(energy_net_j), 0) FROM usage WHERE key_id = ? "
                 "AND time >= ?", (key.id, start)).fetchone()
             pending = sum(r.energy_net_j or 0.0 for r in self._unwritten
                           if r.key_id == key.id and r.time >= start)
-            self._spent[(key.id, start)] = float(row[0]) + pending
-            return self._spent[(key.id, start)]
+            total = float(row[0]) + pending
+            self._spent[key.id] = (start, total)
+            return total
 
     # -- rows ------------------------------------------------------------
     def record(self, row: UsageRow) -> None:
         with self._lock:
-            for (key_id, start), total in list(self._spent.items()):
-                if key_id == row.key_id and row.time >= start:
-                    self._spent[(key_id, start)] = total + (row.energy_net_j or 0.0)
+            key_id = row.key_id
+            cached = self._spent.get(key_id) if key_id is not None else None
+            if key_id is not None and cached is not None and row.time >= cached[0]:
+                self._spent[key_id] = (cached[0], cached[1] + (row.energy_net_j or 0.0))
             self._unwritten.append(row)
         self._queue.put(row)
 
