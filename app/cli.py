@@ -6,9 +6,16 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.catalog import Catalog, CatalogError, load_catalog
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.catalog import Device
+    from telemetry.agent import AgentServer
+    from telemetry.devices import MeteredDevice
+    from telemetry.sampler import Sampler
 
 
 def _catalog(args: argparse.Namespace, settings: Settings) -> Catalog | None:
@@ -150,21 +157,13 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     import tempfile
 
     import uvicorn
-    from prometheus_client import CollectorRegistry
 
     from app.embedded import free_port
-    from app.factory import device_spec
-    from telemetry.agent import start_agent
-    from telemetry.devices import metered_device, start_samplers
-    from telemetry.metrics import Metrics
 
     env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve())}
     if not settings.agent_url:
-        devices = {d.name: metered_device(device_spec(d), d.prefill_weight)
-                   for d in catalog.devices}
-        start_samplers(devices.values(), settings.sample_hz)
         agent_port = free_port()
-        start_agent("127.0.0.1", agent_port, devices, Metrics(CollectorRegistry()))
+        _start_agent(catalog.devices, settings.sample_hz, "127.0.0.1", agent_port)
         env["JOULEGATE_AGENT_URL"] = f"http://127.0.0.1:{agent_port}"
         logging.getLogger("joulegate").warning(
             "%d gateway processes; energy metered by the agent at %s", workers,
@@ -177,10 +176,9 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     return 0
 
 
-def _agent(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
+def _start_agent(devices: list[Device], sample_hz: float, host: str, port: int
+                 ) -> tuple[AgentServer, list[Sampler], dict[str, MeteredDevice]]:
+    """Meter `devices` (a sampler each) and serve their ledgers at host:port."""
     from prometheus_client import CollectorRegistry
 
     from app.factory import device_spec
@@ -188,15 +186,23 @@ def _agent(args: argparse.Namespace) -> int:
     from telemetry.devices import metered_device, start_samplers
     from telemetry.metrics import Metrics
 
+    metered = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in devices}
+    samplers = start_samplers(metered.values(), sample_hz)
+    server, _ = start_agent(host, port, metered, Metrics(CollectorRegistry()))
+    return server, samplers, metered
+
+
+def _agent(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
     settings = Settings()
     catalog = _catalog(args, settings)
     if catalog is None:
         return 2
     logging.basicConfig(level=settings.log_level.upper())
     wanted = [d for d in catalog.devices if not args.host_name or d.host == args.host_name]
-    devices = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in wanted}
-    samplers = start_samplers(devices.values(), settings.sample_hz)
-    server, _ = start_agent(args.host, args.port, devices, Metrics(CollectorRegistry()))
+    server, samplers, devices = _start_agent(wanted, settings.sample_hz, args.host, args.port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
