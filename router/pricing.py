@@ -13,10 +13,11 @@ reads, idle power) split among the n requests that run together. So:
 - **beside another model** on the same device: two llama.cpp or vLLM
   processes on one GPU time-slice it, so a request there also delays the
   other model's batch by about its own running time. Its price is J(P, C, n+1)
-  x (1 + COLOCATION_PENALTY). Measured on the H200 (bench/results/gpu-routing*.json):
-  at concurrency 8, 10 requests sent to the 1B beside the 8B's batch added
-  1,231 J (NVML) against the always-8B run; this model predicts 1,098 J, and
-  the pricing that ignored it cost 18% more than always-8B.
+  x (1 + COLOCATION_PENALTY). Measured on the H200 at ba81e54 (`git show
+  10d0060:bench/results/gpu-routing.json`): at concurrency 8, 10 requests sent
+  to the 1B beside the 8B's batch cost 1,231 J (NVML) more than the always-8B
+  run; this model predicts 1,098 J, and the pricing that ignored it cost 18%
+  more than always-8B.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
