@@ -38,6 +38,9 @@ class Device(_Strict):
     # A prefill token's share of work relative to a decode token, for attribution
     # (bench/gpu_telemetry.py fits it: 0.009 on an H200 with llama.cpp).
     prefill_weight: float = Field(default=0.1, ge=0)
+    # The `joulegate agent` that meters this device (the one on its machine);
+    # unset: JOULEGATE_AGENT_URL, or this process meters it.
+    agent: HttpUrl | None = None
 
 
 class Replica(_Strict):

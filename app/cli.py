@@ -13,6 +13,7 @@ from app.settings import Settings
 
 if TYPE_CHECKING:
     from app.catalog import Device
+    from app.keys import KeyStore
     from telemetry.agent import AgentServer
     from telemetry.devices import MeteredDevice
     from telemetry.sampler import Sampler
@@ -65,16 +66,9 @@ def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bo
         return True
     store = KeyStore(settings.state_dir / "joulegate.db")
     try:
-        if KeyRing(store).active():
-            return True
         if settings.bootstrap_key:
-            _, secret = store.create("first")
-            path = settings.state_dir / "first-key"
-            path.touch(mode=0o600)
-            path.write_text(secret + "\n")
-            print(f"joulegate: created the API key 'first'; it is in {path} (read it once, "
-                  "then delete the file). Clients send it as 'Authorization: Bearer <key>' "
-                  "(the OpenAI SDK's api_key).", file=sys.stderr)
+            _bootstrap(settings, store)
+        if KeyRing(store).active():
             return True
     finally:
         store.close()
@@ -82,6 +76,30 @@ def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bo
           "`joulegate keys create --name NAME`, or pass --allow-unauthenticated "
           "(JOULEGATE_ALLOW_UNAUTHENTICATED=true).", file=sys.stderr)
     return False
+
+
+def _bootstrap(settings: Settings, store: KeyStore) -> None:
+    """First start of a container: an admin key (unless JOULEGATE_ADMIN_KEY is
+    set) and a client key named `first`, each in a mode-600 file of the state
+    volume; the log says where and how to use them, never the keys."""
+    from app.keys import KeyRing, kept_secret
+
+    state = settings.state_dir
+    if settings.admin_key is None and not (state / "admin-key").exists():
+        kept_secret(state / "admin-key", create=True)
+        print(f"joulegate: created the admin key in {state / 'admin-key'}; it manages keys "
+              "(`joulegate keys create --name team-a`, or POST /v1/admin/keys with "
+              "'Authorization: Bearer <admin key>') and sees all usage (GET /v1/usage).",
+              file=sys.stderr)
+    if not KeyRing(store).active():
+        _, secret = store.create("first")
+        path = state / "first-key"
+        path.touch(mode=0o600)
+        path.write_text(secret + "\n")
+        print(f"joulegate: created the API key 'first' in {path}. Clients send it as "
+              "'Authorization: Bearer <key>' (the OpenAI SDK's api_key). Under docker "
+              "compose: `docker compose exec <gateway service> cat "
+              f"{path}`.", file=sys.stderr)
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from app.catalog import Catalog, Device, load_catalog
 from app.errors import install_handlers
 from app.exchange import Parts
-from app.keys import KeyRing, KeyStore
+from app.keys import KeyRing, KeyStore, kept_secret
 from app.limits import RateLimits
 from app.meter import LocalMeter, Meter, RemoteMeter
 from app.openapi import install_openapi
@@ -79,8 +79,14 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
         samplers: list[Sampler] = []
         meter: Meter
-        if settings.agent_url:
-            meter = RemoteMeter(upstream, settings.agent_url)
+        agents = {d.name: str(d.agent or settings.agent_url) for d in catalog.devices
+                  if d.agent or settings.agent_url}
+        if agents:
+            meter = RemoteMeter(upstream, agents)
+            for d in catalog.devices:
+                if d.name not in agents:
+                    log.warning("device %s has no agent (the other devices do): its "
+                                "requests get no energy figure", d.name)
         else:
             weights = {d.name: d.prefill_weight for d in catalog.devices}
             factory = seams.device_factory or (
@@ -95,7 +101,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         router = seams.router or make_router(catalog, book)
         limits = RateLimits()
         store = KeyStore(settings.state_dir / "joulegate.db")
-        keys = KeyRing(store, admin_secret=settings.admin_key)
+        admin = settings.admin_key or kept_secret(settings.state_dir / "admin-key",
+                                                  create=False)
+        keys = KeyRing(store, admin_secret=admin)
         if not keys.active():
             log.warning("no API keys in %s: serving without authentication "
                         "(create one: joulegate keys create --name NAME)", settings.state_dir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import sqlite3
 import threading
@@ -64,6 +65,24 @@ def open_database(path: Path) -> sqlite3.Connection:
 
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def kept_secret(path: Path, create: bool) -> str | None:
+    """The secret in `path` (mode 600); with `create`, a new one is written
+    first if there is none (exclusively: concurrent starts agree on one)."""
+    if create:
+        secret = PREFIX + secrets.token_urlsafe(32)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secret + "\n")
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 class KeyStore:

@@ -107,16 +107,21 @@ class LocalMeter:
 
 
 class RemoteMeter:
-    """Ledgers in a `joulegate agent` next to the GPUs, over HTTP."""
+    """Ledgers in `joulegate agent`s next to the GPUs, over HTTP: each device's
+    calls go to the agent on its machine (`agents`: device name -> base URL)."""
 
-    def __init__(self, upstream: Upstream, agent_url: str, settle_timeout_s: float = 3.0) -> None:
+    def __init__(self, upstream: Upstream, agents: dict[str, str],
+                 settle_timeout_s: float = 3.0) -> None:
         self._upstream = upstream
-        self._base = agent_url.rstrip("/")
+        self._bases = {device: url.rstrip("/") for device, url in agents.items()}
         self._timeout_s = settle_timeout_s
 
     async def _call(self, path: str, body: dict[str, Any]) -> Any:
+        base = self._bases.get(body["device"])
+        if base is None:
+            return None
         try:
-            r = await self._upstream.post(self._base + path, body)
+            r = await self._upstream.post(base + path, body)
             try:
                 raw = await r.read()
             finally:

@@ -63,3 +63,29 @@ def test_agent_down_never_fails_a_request(workers: Workers) -> None:
                        json={"model": "small", "messages": MSG, "max_tokens": 4})
         assert r.status_code == 200
         assert r.json()["usage"]["energy_source"] == "unavailable"
+
+
+def test_each_device_is_metered_by_the_agent_on_its_machine(workers: Workers) -> None:
+    """Two machines, one agent each (as the Kubernetes DaemonSet runs them): the
+    gateway sends each request's window to its own device's agent."""
+    base = catalog_for([workers.small], [workers.large])
+    two = base.model_copy(update={
+        "devices": [base.devices[0].model_copy(update={"name": n, "host": n})
+                    for n in ("node-a", "node-b")],
+        "backends": [b.model_copy(update={"replicas": [r.model_copy(update={
+            "device": "node-a" if b.tier == "small" else "node-b"}) for r in b.replicas]})
+            for b in base.backends]})
+    with running_agent(two.model_copy(update={"devices": two.devices[:1]})) as (a_url, a), \
+            running_agent(two.model_copy(update={"devices": two.devices[1:]})) as (b_url, b):
+        agents = {"node-a": a_url, "node-b": b_url}
+        metered = two.model_copy(update={"devices": [
+            d.model_copy(update={"agent": agents[d.name]}) for d in two.devices]})
+        with run_gateway(metered) as gw:
+            for model in ("small", "large", "large"):
+                r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
+                               json={"model": model, "messages": MSG, "max_tokens": 8})
+                assert r.json()["usage"]["energy_joules"] > 0
+                final_energy(gw.v1, r.headers["x-joulegate-energy-id"])
+    assert set(a.devices) == {"node-a"} and set(b.devices) == {"node-b"}
+    assert a.devices["node-a"].ledger.totals().attributed_j > 0
+    assert b.devices["node-b"].ledger.totals().attributed_j > 0

@@ -108,12 +108,24 @@ def test_first_start_on_a_public_address_can_create_a_key(tmp_path: Path) -> Non
         while not (tmp_path / "first-key").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         secret = (tmp_path / "first-key").read_text().strip()
-        assert secret.startswith("jg-")
-        assert oct((tmp_path / "first-key").stat().st_mode & 0o777) == "0o600"
+        admin = (tmp_path / "admin-key").read_text().strip()
+        assert secret.startswith("jg-") and admin.startswith("jg-") and admin != secret
+        for name in ("first-key", "admin-key"):
+            assert oct((tmp_path / name).stat().st_mode & 0o777) == "0o600"
+        url = f"http://127.0.0.1:{env['JOULEGATE_PORT']}/v1/admin/keys"
+        while time.monotonic() < deadline:  # the admin key from the file manages keys
+            try:
+                r = httpx.get(url, headers={"authorization": f"Bearer {admin}"}, timeout=5)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert r.status_code == 200 and [k["name"] for k in r.json()["data"]] == ["first"]
+        assert httpx.get(url, headers={"authorization": f"Bearer {secret}"}).status_code == 403
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
-    assert "first-key" in out and secret not in out  # where it is, never the key itself
+    # where they are, never the keys themselves
+    assert "first-key" in out and "admin-key" in out and secret not in out and admin not in out
 
 
 def _usage(url: str, key: str) -> dict[str, Any]:
