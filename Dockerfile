@@ -1,21 +1,32 @@
-# joulegate gateway (and agent) image. Multi-stage: wheels are built in a full
-# Python image, the runtime is slim, non-root, with a health check.
+# joulegate gateway (and agent) image. Multi-stage: the virtual environment is
+# built in one stage, the runtime copies it, runs non-root, with a health check.
 # The install steps are the README's: pip install the project.
-FROM python:3.11-slim AS build
+#
+#   docker build -t joulegate:0.1 .
+#   docker build --build-arg BASE_IMAGE=<a Debian bookworm image with python3 and
+#                python3-venv> --secret id=ca,src=<CA bundle> -t joulegate:0.1 .
+#
+# BASE_IMAGE must provide python3 (with venv). The optional `ca` secret is a CA
+# bundle for pip behind a TLS-intercepting proxy; it is never stored in a layer.
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY router ./router
 COPY telemetry ./telemetry
-RUN python -m venv /opt/joulegate \
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+ && python3 -m venv /opt/joulegate \
  && /opt/joulegate/bin/pip install --no-cache-dir --upgrade pip \
  && /opt/joulegate/bin/pip install --no-cache-dir . "gguf>=0.10"
 
-FROM python:3.11-slim
+FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="joulegate" \
       org.opencontainers.image.description="Energy-aware OpenAI-compatible LLM gateway"
-# state/ is where learned routing lengths persist; a new named volume mounted
-# there inherits this ownership, so the non-root process can write it.
+# state/ holds learned routing lengths, keys and the usage ledger; a new named
+# volume mounted there inherits this ownership, so the non-root process can write it.
 RUN useradd --system --uid 10001 --home-dir /srv/joulegate --create-home joulegate \
  && mkdir -p /srv/joulegate/state && chown 10001:10001 /srv/joulegate/state
 COPY --from=build /opt/joulegate /opt/joulegate

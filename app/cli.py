@@ -64,7 +64,7 @@ def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bo
         loopback = False
     if loopback or allow_unauthenticated or settings.allow_unauthenticated:
         return True
-    store = KeyStore(settings.state_dir / "joulegate.db")
+    store = KeyStore(settings.database())
     try:
         if settings.bootstrap_key:
             _bootstrap(settings, store)
@@ -110,7 +110,7 @@ def _keys(args: argparse.Namespace) -> int:
     if args.action != "list" and not args.name:
         print(f"joulegate: keys {args.action} needs --name", file=sys.stderr)
         return 2
-    store = KeyStore(Settings().state_dir / "joulegate.db")
+    store = KeyStore(Settings().database())
     try:
         if args.action == "create":
             key, secret = store.create(args.name, args.rpm, args.tpm, args.joule_budget,
@@ -150,7 +150,7 @@ def _usage(args: argparse.Namespace) -> int:
     if seconds is None:
         print("joulegate: --since takes e.g. 24h or 7d", file=sys.stderr)
         return 2
-    ledger = SpendLedger(Settings().state_dir / "joulegate.db")
+    ledger = SpendLedger(Settings().database())
     try:
         rows = ledger.rows(None, time.time() - seconds)
         if args.key:
@@ -176,7 +176,10 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
 
     import uvicorn
 
+    from app.database import migrate
     from app.embedded import free_port
+
+    migrate(settings.database())  # once, before the processes open the database
 
     env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve())}
     if not settings.agent_url:

@@ -100,14 +100,14 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
         limits = RateLimits()
-        store = KeyStore(settings.state_dir / "joulegate.db")
+        store = KeyStore(settings.database())
         admin = settings.admin_key or kept_secret(settings.state_dir / "admin-key",
                                                   create=False)
         keys = KeyRing(store, admin_secret=admin)
         if not keys.active():
             log.warning("no API keys in %s: serving without authentication "
                         "(create one: joulegate keys create --name NAME)", settings.state_dir)
-        spend = SpendLedger(settings.state_dir / "joulegate.db")
+        spend = SpendLedger(settings.database())
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
                             token_rates(catalog), limits.spent,
                             lambda row: record_usage(row, spend, metrics)))

@@ -1,5 +1,6 @@
-"""API keys: created once (the secret is shown once), stored as a hash in SQLite
-(WAL, in the state directory), read by the gateway into memory and refreshed
+"""API keys: created once (the secret is shown once), stored as a hash in the
+database (app.database: SQLite in the state directory, or PostgreSQL shared by
+several gateways), read by the gateway into memory and refreshed
 every few seconds, so `joulegate keys ...` in another process takes effect
 without a restart and a request's check never touches the database.
 
@@ -14,24 +15,16 @@ import hashlib
 import hmac
 import os
 import secrets
-import sqlite3
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.database import Conflict, Database
+
 BudgetPeriod = Literal["day", "week", "month"]
 PREFIX = "jg-"
-SCHEMA = [  # migrations, in order; the database remembers how many it ran
-    """CREATE TABLE api_keys (
-        id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, hash TEXT NOT NULL UNIQUE,
-        created REAL NOT NULL, revoked REAL, rpm INTEGER, tpm INTEGER,
-        joule_budget REAL, budget_period TEXT NOT NULL DEFAULT 'month', models TEXT)""",
-]
-
-
 @dataclass(frozen=True)
 class ApiKey:
     id: str
@@ -51,16 +44,6 @@ class ApiKey:
                 "revoked": self.revoked, "rpm": self.rpm, "tpm": self.tpm,
                 "joule_budget": self.joule_budget, "budget_period": self.budget_period,
                 "models": list(self.models) if self.models is not None else None}
-
-
-def open_database(path: Path) -> sqlite3.Connection:
-    """The state database (one file for keys and usage; WAL: readers never wait
-    for the writer). Autocommit: callers open their own transactions."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA busy_timeout=5000")
-    return db
 
 
 def digest(secret: str) -> str:
@@ -86,21 +69,11 @@ def kept_secret(path: Path, create: bool) -> str | None:
 
 
 class KeyStore:
-    """The keys table. Thread-safe; one short transaction per call."""
+    """The keys table (SQLite or PostgreSQL: app.database). Thread-safe; one
+    short statement per call."""
 
-    def __init__(self, path: Path) -> None:
-        self._db = open_database(path)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._migrate()
-
-    def _migrate(self) -> None:
-        done = self._db.execute("PRAGMA user_version").fetchone()[0]
-        for i, statement in enumerate(SCHEMA[done:], start=done + 1):
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version={i}")
-            self._db.execute("COMMIT")
+    def __init__(self, url: str) -> None:
+        self._db = Database.open(url)
 
     def create(self, name: str, rpm: int | None = None, tpm: int | None = None,
                joule_budget: float | None = None, budget_period: BudgetPeriod = "month",
@@ -109,15 +82,14 @@ class KeyStore:
         secret = PREFIX + secrets.token_urlsafe(32)
         key = ApiKey(secrets.token_hex(8), name, digest(secret), time.time(), None, rpm, tpm,
                      joule_budget, budget_period, tuple(models) if models is not None else None)
-        with self._lock:
-            try:
-                self._db.execute(
-                    "INSERT INTO api_keys (id, name, hash, created, rpm, tpm, joule_budget,"
-                    " budget_period, models) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (key.id, name, key.hash, key.created, rpm, tpm, joule_budget,
-                     budget_period, ",".join(key.models) if key.models is not None else None))
-            except sqlite3.IntegrityError:
-                raise ValueError(f"a key named {name!r} exists") from None
+        try:
+            self._db.execute(
+                "INSERT INTO api_keys (id, name, hash, created, rpm, tpm, joule_budget,"
+                " budget_period, models) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key.id, name, key.hash, key.created, rpm, tpm, joule_budget,
+                 budget_period, ",".join(key.models) if key.models is not None else None))
+        except Conflict:
+            raise ValueError(f"a key named {name!r} exists") from None
         return key, secret
 
     def update(self, name: str, **fields: Any) -> bool:
@@ -127,31 +99,27 @@ class KeyStore:
         if "models" in fields and fields["models"] is not None:
             fields["models"] = ",".join(fields["models"])
         sets = ", ".join(f"{k} = ?" for k in fields)
-        with self._lock:
-            cur = self._db.execute(f"UPDATE api_keys SET {sets} WHERE name = ?",
-                                   (*fields.values(), name))
-        return cur.rowcount > 0
+        done = self._db.execute(f"UPDATE api_keys SET {sets} WHERE name = ?",
+                                (*fields.values(), name))
+        return done.rowcount > 0
 
     def revoke(self, name: str) -> bool:
-        with self._lock:
-            cur = self._db.execute(
-                "UPDATE api_keys SET revoked = ? WHERE name = ? AND revoked IS NULL",
-                (time.time(), name))
-        return cur.rowcount > 0
+        done = self._db.execute(
+            "UPDATE api_keys SET revoked = ? WHERE name = ? AND revoked IS NULL",
+            (time.time(), name))
+        return done.rowcount > 0
 
     def all(self) -> list[ApiKey]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT id, name, hash, created, revoked, rpm, tpm, joule_budget, "
-                "budget_period, models FROM api_keys ORDER BY created").fetchall()
+        rows = self._db.execute(
+            "SELECT id, name, hash, created, revoked, rpm, tpm, joule_budget, "
+            "budget_period, models FROM api_keys ORDER BY created").rows
         return [ApiKey(id=r[0], name=r[1], hash=r[2], created=r[3], revoked=r[4], rpm=r[5],
                        tpm=r[6], joule_budget=r[7], budget_period=r[8],
                        models=tuple(r[9].split(",")) if r[9] is not None else None)
                 for r in rows]
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._db.close()
 
 
 ADMIN_ID = "admin"

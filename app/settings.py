@@ -33,8 +33,12 @@ class Settings(BaseSettings):
     policy: PolicyName = "balanced"
     sample_hz: float = Field(default=20.0, gt=0, le=100)
     agent_url: str | None = None
-    # API keys and (later) usage live in state_dir/joulegate.db (SQLite).
+    # Learned lengths, bootstrap keys and (by default) the keys-and-usage
+    # database, state_dir/joulegate.db (SQLite), live here.
     state_dir: Path = Path(".joulegate")
+    # postgresql://user:password@host/db: keys, budgets and the usage ledger
+    # shared by several gateways (instead of the SQLite file).
+    database_url: str | None = None
     # Serve a non-loopback address without any API key (otherwise refused).
     allow_unauthenticated: bool = False
     # With no key yet on a non-loopback bind: create one, write it to
@@ -43,3 +47,7 @@ class Settings(BaseSettings):
     # The admin key: manages keys through /v1/admin/keys and sees all usage.
     admin_key: str | None = None
     log_level: str = "info"
+
+    def database(self) -> str:
+        """The keys-and-usage database URL (the SQLite file by default)."""
+        return self.database_url or f"sqlite:///{(self.state_dir / 'joulegate.db').resolve()}"

@@ -5,7 +5,8 @@ Rows are written by a background thread in batches (every `flush_s`, or
 `batch` rows), never on a request's path; a row is written once its energy
 figure is final (net and gross joules, source). `close` writes what is left.
 Each key's spend in its current period is kept in memory (loaded from the
-table at start, then added to as rows are recorded), so a budget check is a
+table when first asked, added to as rows are recorded, and re-read every
+few seconds for gateways that share the database), so a budget check is a
 dictionary lookup.
 """
 
@@ -13,23 +14,19 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import logging
 import queue
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from app.keys import ApiKey, BudgetPeriod, open_database
+from app.database import Database, DatabaseError
+from app.keys import ApiKey, BudgetPeriod
 
-SCHEMA = """CREATE TABLE IF NOT EXISTS usage (
-    time REAL NOT NULL, key_id TEXT, key_name TEXT, route TEXT, tier TEXT, backend TEXT,
-    strategy TEXT, category TEXT, status TEXT, prompt_tokens INTEGER,
-    completion_tokens INTEGER, energy_net_j REAL, energy_gross_j REAL, source TEXT,
-    latency_s REAL)"""
-INDEX = "CREATE INDEX IF NOT EXISTS usage_key_time ON usage (key_id, time)"
+log = logging.getLogger("joulegate.usage")
 
 
 @dataclass(frozen=True)
@@ -78,15 +75,19 @@ def period_end(period: BudgetPeriod, now: float) -> float:
 
 
 class SpendLedger:
-    def __init__(self, path: Path, flush_s: float = 0.5, batch: int = 200,
-                 clock: Callable[[], float] = time.time) -> None:
-        self._db = open_database(path)
-        self._db.execute(SCHEMA)
-        self._db.execute(INDEX)
+    """Usage rows and per-key period spend over app.database (SQLite or
+    PostgreSQL). Spend cached in memory is re-read from the table every
+    `refresh_s` on the writer thread, so gateways sharing one database see
+    each other's spending within seconds; a request never waits for it."""
+
+    def __init__(self, url: str, flush_s: float = 0.5, batch: int = 200,
+                 clock: Callable[[], float] = time.time, refresh_s: float = 2.0) -> None:
+        self._db = Database.open(url)
         self._clock = clock
         self._queue: queue.Queue[UsageRow | None] = queue.Queue()
         self._flush_s = flush_s
         self._batch = batch
+        self._refresh_s = refresh_s
         self._lock = threading.Lock()
         # key id -> (start of the period last asked about, net joules since then)
         self._spent: dict[str, tuple[float, float]] = {}
@@ -103,14 +104,23 @@ class SpendLedger:
             cached = self._spent.get(key.id)
             if cached is not None and cached[0] == start:
                 return cached[1]
-            row = self._db.execute(
+        return self._reload(key.id, start)
+
+    def _reload(self, key_id: str, start: float) -> float:
+        """The key's spend since `start`: committed rows plus ours not yet written."""
+        try:
+            committed = float(self._db.execute(
                 "SELECT COALESCE(SUM(energy_net_j), 0) FROM usage WHERE key_id = ? "
-                "AND time >= ?", (key.id, start)).fetchone()
+                "AND time >= ?", (key_id, start)).rows[0][0])
+        except DatabaseError as exc:
+            log.warning("cannot read spend of key %s: %s", key_id, exc)
+            with self._lock:
+                return self._spent.get(key_id, (start, 0.0))[1]
+        with self._lock:
             pending = sum(r.energy_net_j or 0.0 for r in self._unwritten
-                          if r.key_id == key.id and r.time >= start)
-            total = float(row[0]) + pending
-            self._spent[key.id] = (start, total)
-            return total
+                          if r.key_id == key_id and r.time >= start)
+            self._spent[key_id] = (start, committed + pending)
+            return committed + pending
 
     # -- rows ------------------------------------------------------------
     def record(self, row: UsageRow) -> None:
@@ -123,27 +133,43 @@ class SpendLedger:
         self._queue.put(row)
 
     def _write(self) -> None:
-        done = False
-        while not done:
-            rows: list[UsageRow] = []
+        """The writer thread: commits rows in batches; a failed batch stays
+        queued (in order) and is tried again, so no committed row is lost and
+        none is written twice."""
+        done, rows = False, list[UsageRow]()
+        refreshed = time.monotonic()
+        while not done or rows:
             deadline = time.monotonic() + self._flush_s
-            while len(rows) < self._batch:
+            while not done and len(rows) < self._batch:
                 try:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
                 if item is None:
                     done = True
-                    break
-                rows.append(item)
+                else:
+                    rows.append(item)
             if rows:
-                with self._lock:
-                    self._db.execute("BEGIN")
+                try:
                     self._db.executemany(
                         f"INSERT INTO usage ({', '.join(COLUMNS)}) VALUES "
                         f"({', '.join('?' for _ in COLUMNS)})", [astuple(r) for r in rows])
-                    self._db.execute("COMMIT")
+                except DatabaseError as exc:
+                    log.warning("usage rows not written yet (%d, will retry): %s",
+                                len(rows), exc)
+                    if done:
+                        return  # closing: they stay unwritten
+                    time.sleep(self._flush_s)
+                    continue
+                with self._lock:
                     del self._unwritten[:len(rows)]
+                rows = []
+            if time.monotonic() - refreshed > self._refresh_s:
+                refreshed = time.monotonic()
+                with self._lock:
+                    cached = list(self._spent.items())
+                for key_id, (start, _) in cached:
+                    self._reload(key_id, start)
 
     def rows(self, key_id: str | None, since: float) -> list[dict[str, Any]]:
         """Finished requests since `since` (a key's own, or all for None)."""
@@ -152,15 +178,13 @@ class SpendLedger:
         if key_id is not None:
             sql += " AND key_id = ?"
             args.append(key_id)
-        with self._lock:
-            found = self._db.execute(sql + " ORDER BY time", args).fetchall()
+        found = self._db.execute(sql + " ORDER BY time", args).rows
         return [dict(zip(COLUMNS, r, strict=True)) for r in found]
 
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=10)
-        with self._lock:
-            self._db.close()
+        self._db.close()
 
 
 def parse_since(text: str) -> float | None:

@@ -25,9 +25,7 @@ if [[ ! -d "$src/vendor/llama.cpp" ]]; then
   mkdir -p "$cache/dl"
   sdist="${JOULEGATE_SDIST:-}"
   if [[ -z "$sdist" ]]; then
-    python3 -m pip download --quiet --no-deps --no-binary :all: \
-      -d "$cache/dl" "llama-cpp-python==$version" >&2
-    sdist="$(ls "$cache"/dl/llama_cpp_python-"$version".tar.gz)"
+    sdist="$(python3 "$(dirname "$0")/fetch_sdist.py" llama-cpp-python "$version" "$cache/dl")"
   fi
   rm -rf "$src.tmp" && mkdir -p "$src.tmp"
   tar -xzf "$sdist" -C "$src.tmp" --strip-components=1

@@ -4,7 +4,6 @@ period from memory, everything back after a reopen."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from app.keys import ApiKey
 from app.spend import SpendLedger, UsageRow, period_end, period_start, usage_totals
@@ -17,9 +16,9 @@ def row(t: float, joules: float, key: str | None = "k1", backend: str = "small")
                     "chat", "ok", 10, 5, joules, joules + 1.0, "nvml", 0.01)
 
 
-def test_spend_counts_before_and_after_the_rows_are_written(tmp_path: Path) -> None:
+def test_spend_counts_before_and_after_the_rows_are_written(database: str) -> None:
     now = time.time()
-    ledger = SpendLedger(tmp_path / "db", flush_s=0.05)
+    ledger = SpendLedger(database, flush_s=0.05)
     assert ledger.spent_j(KEY) == 0.0
     ledger.record(row(now, 3.0))
     ledger.record(row(now, 4.0))
@@ -27,7 +26,7 @@ def test_spend_counts_before_and_after_the_rows_are_written(tmp_path: Path) -> N
     ledger.record(row(now, 50.0, key=None))  # an open gateway's request
     assert ledger.spent_j(KEY) == 7.0  # unwritten rows count at once
     ledger.close()
-    reopened = SpendLedger(tmp_path / "db")
+    reopened = SpendLedger(database)
     assert reopened.spent_j(KEY) == 7.0
     rows = reopened.rows("k1", period_start("day", now))
     assert [r["energy_net_j"] for r in rows] == [3.0, 4.0]

@@ -79,7 +79,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def test_every_panel_query_returns_data(workers: Workers, prometheus: tuple[str, Path],
                                         tmp_path: Path) -> None:
     prom, cfg_path = prometheus
-    store = KeyStore(tmp_path / "state" / "joulegate.db")
+    store = KeyStore(f"sqlite:///{tmp_path / 'state' / 'joulegate.db'}")
     _, key = store.create("team-a")
     store.close()
     catalog = catalog_for([workers.small], [workers.large])

@@ -39,13 +39,15 @@ def test_without_keys_the_gateway_runs_open(workers: Workers, tmp_path: Path) ->
         assert chat(gw.v1, None).status_code == 200
 
 
-def test_keys_authenticate_limit_and_revoke(workers: Workers, tmp_path: Path) -> None:
-    store = KeyStore(tmp_path / "joulegate.db")
+def test_keys_authenticate_limit_and_revoke(workers: Workers, tmp_path: Path,
+                                            database: str) -> None:
+    store = KeyStore(database)
     _, plain = store.create("team-a")
     _, two_a_minute = store.create("team-b", rpm=2)
     _, few_tokens = store.create("team-c", tpm=10)
     _, small_only = store.create("team-d", models=["small", "auto"])
-    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path) as gw:
+    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path,
+                     database_url=database) as gw:
         for key in (None, "jg-not-a-key", plain[:-1]):
             r = chat(gw.v1, key)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
@@ -74,27 +76,38 @@ def test_keys_authenticate_limit_and_revoke(workers: Workers, tmp_path: Path) ->
     store.close()
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _env(tmp_path: Path, database: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
     env["JOULEGATE_STATE_DIR"] = str(tmp_path)
+    if database is not None:
+        env["JOULEGATE_DATABASE_URL"] = database
+    return env
+
+
+def _cli(tmp_path: Path, *args: str, database: str | None = None
+         ) -> subprocess.CompletedProcess[str]:
+    env = _env(tmp_path, database)
     return subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 
-def test_cli_shows_a_key_once_and_refuses_public_binds_without_one(tmp_path: Path) -> None:
-    port = str(free_port())
-    refused = _cli(tmp_path, "serve", "--host", "0.0.0.0", "--port", port)
+def test_cli_shows_a_key_once_and_refuses_public_binds_without_one(tmp_path: Path,
+                                                                  database: str) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return _cli(tmp_path, *args, database=database)
+
+    refused = cli("serve", "--host", "0.0.0.0", "--port", str(free_port()))
     assert refused.returncode == 2 and "refusing to serve" in refused.stderr
-    created = _cli(tmp_path, "keys", "create", "--name", "team-a", "--rpm", "600")
+    created = cli("keys", "create", "--name", "team-a", "--rpm", "600")
     assert created.returncode == 0
     secret = json.loads(created.stdout)["key"]
     assert secret.startswith("jg-") and len(secret) > 40
-    listed = _cli(tmp_path, "keys", "list")
+    listed = cli("keys", "list")
     assert secret not in listed.stdout and json.loads(listed.stdout)[0]["rpm"] == 600
-    assert _cli(tmp_path, "keys", "update", "--name", "team-a", "--rpm", "5").returncode == 0
-    assert json.loads(_cli(tmp_path, "keys", "list").stdout)[0]["rpm"] == 5
-    assert _cli(tmp_path, "keys", "revoke", "--name", "team-a").returncode == 0
-    assert _cli(tmp_path, "keys", "revoke", "--name", "team-a").returncode == 1
+    assert cli("keys", "update", "--name", "team-a", "--rpm", "5").returncode == 0
+    assert json.loads(cli("keys", "list").stdout)[0]["rpm"] == 5
+    assert cli("keys", "revoke", "--name", "team-a").returncode == 0
+    assert cli("keys", "revoke", "--name", "team-a").returncode == 1
 
 
 def test_first_start_on_a_public_address_can_create_a_key(tmp_path: Path) -> None:
@@ -147,13 +160,15 @@ def _until_rows(url: str, key: str, n: int) -> dict[str, Any]:
 
 
 def test_joule_budgets_and_the_usage_ledger_survive_a_restart(workers: Workers,
-                                                               tmp_path: Path) -> None:
-    store = KeyStore(tmp_path / "joulegate.db")
+                                                               tmp_path: Path,
+                                                               database: str) -> None:
+    store = KeyStore(database)
     _, tiny = store.create("tiny", joule_budget=0.001, budget_period="day")
     _, other = store.create("other")
     store.close()
     catalog = catalog_for([workers.small], [workers.large])
-    with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path) as gw:
+    with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path,
+                     database_url=database) as gw:
         first = chat(gw.v1, tiny)
         assert first.status_code == 200
         u = _until_rows(gw.v1, tiny, 1)
@@ -176,28 +191,29 @@ def test_joule_budgets_and_the_usage_ledger_survive_a_restart(workers: Workers,
         theirs = _until_rows(gw.v1, other, 1)
         assert theirs["totals"]["requests"] == 1  # a key sees its own rows only
         assert list(theirs["by_model"]) == ["small-llamacpp"]
-    with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path) as gw:
+    with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path,
+                     database_url=database) as gw:
         assert chat(gw.v1, tiny).status_code == 429  # the spend was persisted
         assert _usage(gw.v1, tiny)["totals"]["requests"] == 1
-    cli = _cli(tmp_path, "usage", "--since", "1d")
+    cli = _cli(tmp_path, "usage", "--since", "1d", database=database)
     assert cli.returncode == 0 and json.loads(cli.stdout)["totals"]["requests"] == 2
 
 
 def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path,
+                                                             database: str) -> None:
     import signal
-    import sqlite3
 
+    from app.database import Database
     from app.spend import SpendLedger
 
-    store = KeyStore(tmp_path / "joulegate.db")
+    store = KeyStore(database)
     key, secret = store.create("team-a")
     store.close()
     models = models_file(workers, tmp_path)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
-    env.update(JOULEGATE_STATE_DIR=str(tmp_path), JOULEGATE_PORT=str(port),
-               JOULEGATE_MODELS_FILE=str(models))
+    env = _env(tmp_path, database)
+    env.update(JOULEGATE_PORT=str(port), JOULEGATE_MODELS_FILE=str(models))
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -209,14 +225,14 @@ def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
             assert chat(url, secret, model="small" if i % 2 else "large").status_code == 200
             if i == 19:
                 time.sleep(3.0)  # the first 20 are final and written by now
-        db = sqlite3.connect(str(tmp_path / "joulegate.db"))
-        committed = db.execute("SELECT COUNT(*), SUM(energy_net_j) FROM usage").fetchone()
+        db = Database(database)
+        committed = db.execute("SELECT COUNT(*), SUM(energy_net_j) FROM usage").rows[0]
         db.close()
         assert committed[0] >= 20
     finally:
         proc.send_signal(signal.SIGKILL)  # under way: the last requests' rows are in flight
         proc.wait(timeout=30)
-    ledger = SpendLedger(tmp_path / "joulegate.db")
+    ledger = SpendLedger(database)
     rows = ledger.rows(key.id, 0.0)
     assert len(rows) >= committed[0]  # nothing committed was lost
     assert len(rows) <= 30  # nor written twice
@@ -224,10 +240,11 @@ def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
     ledger.close()
 
 
-def test_the_admin_key_manages_keys_and_sees_all_usage(workers: Workers,
-                                                        tmp_path: Path) -> None:
+def test_the_admin_key_manages_keys_and_sees_all_usage(workers: Workers, tmp_path: Path,
+                                                        database: str) -> None:
     admin = "jg-admin-" + "x" * 40
     with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path,
+                     database_url=database,
                      admin_key=admin) as gw:
         h = {"authorization": f"Bearer {admin}"}
         assert chat(gw.v1, None).status_code == 401  # the admin key alone closes the gateway

@@ -1,0 +1,139 @@
+"""The SQL database behind API keys and the usage ledger.
+
+SQLite in the state directory by default (one file, WAL: readers never wait
+for the writer); PostgreSQL when several gateways share keys, budgets and the
+ledger (`JOULEGATE_DATABASE_URL=postgresql://user:password@host/db`). The
+schema is migrated by Alembic (app/migrations) when a database is opened.
+
+Statements are written once, with `?` placeholders; each store holds one
+connection, used under a lock. Driver errors are translated here, once:
+a unique constraint is `Conflict`, anything else `DatabaseError`; a dropped
+PostgreSQL connection is reopened and the statement tried once more.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+
+class DatabaseError(Exception):
+    """The database could not run a statement."""
+
+
+class Conflict(DatabaseError):
+    """A row with the same unique value exists."""
+
+
+@dataclass(frozen=True)
+class Result:
+    rows: list[tuple[Any, ...]]
+    rowcount: int
+
+
+def _sqlite_path(url: str) -> Path:
+    return Path(url.removeprefix("sqlite:///"))
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def migrate(url: str) -> None:
+    """Bring the schema to the newest revision (Alembic; idempotent, and safe
+    when several gateways start at once)."""
+    from app.migrations import upgrade
+
+    if not is_postgres(url):
+        _sqlite_path(url).parent.mkdir(parents=True, exist_ok=True)
+    upgrade(url)
+
+
+class Database:
+    """One connection to the keys-and-usage database, safe across threads."""
+
+    def __init__(self, url: str) -> None:
+        if not (is_postgres(url) or url.startswith("sqlite:///")):
+            raise ValueError(f"unsupported database URL {url.split(':', 1)[0]}:// "
+                             "(sqlite:///PATH or postgresql://...)")
+        self.url = url
+        self.postgres = is_postgres(url)
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        with self._lock:
+            self._connect()
+
+    @classmethod
+    def open(cls, url: str) -> Database:
+        migrate(url)
+        return cls(url)
+
+    def _connect(self) -> None:
+        if self.postgres:
+            try:
+                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            except psycopg.Error as exc:
+                raise DatabaseError(f"cannot connect to PostgreSQL: {exc}") from None
+            return
+        path = _sqlite_path(self.url)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        self._conn = conn
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", "%s") if self.postgres else statement
+
+    def execute(self, statement: str, args: Sequence[Any] = ()) -> Result:
+        result: Result = self._run(lambda: self._one(self._sql(statement), args))
+        return result
+
+    def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
+        """All rows in one transaction: all are written or none."""
+        batch = list(rows)
+        self._run(lambda: self._many(self._sql(statement), batch))
+
+    def _one(self, statement: str, args: Sequence[Any]) -> Result:
+        cur = self._conn.execute(statement, args)
+        rows = cur.fetchall() if cur.description is not None else []
+        return Result(rows, int(cur.rowcount))
+
+    def _many(self, statement: str, rows: list[Sequence[Any]]) -> Result:
+        if self.postgres:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                cur.executemany(statement, rows)
+        else:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany(statement, rows)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        return Result([], len(rows))
+
+    def _run(self, work: Any) -> Any:
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    return work()
+                except (sqlite3.IntegrityError, psycopg.errors.UniqueViolation) as exc:
+                    raise Conflict(str(exc)) from None
+                except psycopg.OperationalError as exc:
+                    if attempt == 2 or not self._conn.closed:
+                        raise DatabaseError(str(exc)) from None
+                    self._connect()  # the server went away: reconnect, try once more
+                except (sqlite3.Error, psycopg.Error) as exc:
+                    raise DatabaseError(str(exc)) from None
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,36 @@
+"""Fixtures shared by every test folder: the keys-and-usage database, run on
+SQLite and on a real PostgreSQL (the same tests on both)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+# A PostgreSQL role allowed to create databases; .ci/run starts Debian's server
+# and sets it. Each test gets a database of its own, dropped after.
+POSTGRES = "JOULEGATE_TEST_POSTGRES_URL"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'joulegate.db'}"
+        return
+    admin = os.environ.get(POSTGRES)
+    if not admin:
+        if os.environ.get("JOULEGATE_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"{POSTGRES} is not set (.ci/run starts PostgreSQL)")
+        pytest.skip(f"no PostgreSQL: set {POSTGRES} (a role with CREATEDB)")
+    name = f"jg_test_{secrets.token_hex(6)}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
