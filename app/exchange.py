@@ -60,6 +60,7 @@ class Forward:
     # For `auto`: the plan without the given backends (failover), or None.
     fallback: Callable[[frozenset[str]], Forward | None] | None = None
     key: ApiKey | None = None  # the API key that sent it (None: open gateway)
+    budget_used: float | None = None  # the key's share of its joule budget, when steered
 
 
 MAX_OWNERS = 20_000  # as many as the ledger keeps figures for

@@ -120,7 +120,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(
             catalog, pool, proxy, router, metrics,
-            settings.max_body_bytes, settings.policy, keys=keys, limits=limits, spend=spend)
+            settings.max_body_bytes, settings.policy, settings.budget_steer_at, keys=keys,
+            limits=limits, spend=spend)
         try:
             yield
         finally:

@@ -193,6 +193,8 @@ def response_headers(fw: Forward) -> dict[str, str]:
         headers["x-joulegate-degraded"] = f"{d.degraded} unavailable"
     if d.joule_cap_met is False:
         headers["x-joulegate-joule-cap"] = "unmet"
+    if fw.budget_used is not None:
+        headers["x-joulegate-budget-used"] = f"{fw.budget_used:.3f}"
     return headers
 
 

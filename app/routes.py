@@ -68,6 +68,8 @@ class Gateway:
     metrics: Metrics
     max_body_bytes: int
     default_policy: Policy
+    # A key that has spent this share of its joule budget gets the cheapest action.
+    budget_steer_at: float = 0.8
     entering: int = 0  # requests being read and routed, not yet holding a slot
     keys: KeyRing | None = None  # None, or no active key: open (local development)
     limits: RateLimits = field(default_factory=RateLimits)
@@ -137,6 +139,22 @@ def authorize(gw: Gateway, request: Request, generates: bool = True) -> ApiKey |
     if refusal is not None:
         raise rate_limited(refusal.limit, refusal.retry_after_s)
     return key
+
+
+def decide_for(gw: Gateway, key: ApiKey | None, model: str, q: Query, needs: Needs,
+               arriving: bool = True) -> tuple[Decision, float | None]:
+    """`decide`, for a key: one that has spent `budget_steer_at` of its joule
+    budget gets the fewest expected joules under `auto` (the reason says so).
+    Also the share of the budget used, when steered."""
+    if key is None or key.joule_budget is None or gw.spend is None \
+            or model not in ("auto", gw.catalog.defaults.model):
+        return decide(gw, model, q, needs, arriving), None
+    used = gw.spend.spent_j(key) / key.joule_budget
+    if used < gw.budget_steer_at:
+        return decide(gw, model, q, needs, arriving), None
+    d = decide(gw, model, replace(q, policy="min-energy"), needs, arriving)
+    return replace(d, reason=f"{d.reason}; key '{key.name}' has used {used:.0%} of its "
+                             "joule budget: steered to the fewest expected joules"), used
 
 
 def _admin_store(request: Request) -> KeyStore:
@@ -253,8 +271,9 @@ def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path
          body_for: BodyFor, stream: bool, wants_usage: bool, received: float,
          key: ApiKey | None = None) -> Forward:
     """The forward for a request; for `auto` and tiers, with a fallback that
-    plans again without the backends that could not take it."""
-    d = decide(gw, model, q, needs)
+    plans again without the backends that could not take it. A key near its
+    joule budget is steered to the cheapest action (`auto` only)."""
+    d, steered = decide_for(gw, key, model, q, needs)
     backend = gw.catalog.backend(d.backend)
     assert backend is not None
     body = body_for(d, backend)
@@ -278,7 +297,7 @@ def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path
                    q.prompt_tokens, received, model_name=backend.model,
                    disconnected=request.is_disconnected,
                    fallback=fallback if reroutable else None,
-                   key=key)
+                   key=key, budget_used=steered)
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any]:
@@ -366,9 +385,10 @@ def build_routes() -> APIRouter:
     @api.post("/v1/route", openapi_extra=request_body(ChatRequest), responses=ERROR_RESPONSES)
     async def route(request: Request) -> Response:
         gw = _gw(request)
-        authorize(gw, request, generates=False)
+        key = authorize(gw, request, generates=False)
         _, req, q, needs = await _chat_query(request, gw)
-        return JSONResponse(decide(gw, req.model, q, needs, arriving=False).as_json())
+        d, _ = decide_for(gw, key, req.model, q, needs, arriving=False)
+        return JSONResponse(d.as_json())
 
     @api.get("/v1/models")
     async def models(request: Request) -> Response:

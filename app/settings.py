@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     health_interval_seconds: float = Field(default=2.0, gt=0)
     upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
     policy: PolicyName = "balanced"
+    # A key that has spent this share of its joule budget is routed to the
+    # fewest expected joules (`auto`); 1 turns steering off.
+    budget_steer_at: float = Field(default=0.8, gt=0, le=1)
     sample_hz: float = Field(default=20.0, gt=0, le=100)
     agent_url: str | None = None
     # Learned lengths, bootstrap keys and (by default) the keys-and-usage

@@ -267,3 +267,31 @@ def test_the_admin_key_manages_keys_and_sees_all_usage(workers: Workers, tmp_pat
         assert httpx.post(gw.v1 + "/admin/keys/team-a/revoke", headers=h).status_code == 200
         time.sleep(2.5)
         assert chat(gw.v1, secret).status_code == 401
+
+
+def test_a_key_near_its_joule_budget_is_steered_to_the_fewest_joules(
+        workers: Workers, tmp_path: Path, database: str) -> None:
+    store = KeyStore(database)
+    _, secret = store.create("near", joule_budget=1e9, budget_period="month")
+    h = {"authorization": f"Bearer {secret}"}
+    ask = {"model": "auto", "max_tokens": 8, "messages": [
+        {"role": "user", "content": "Prove that there are infinitely many primes."}]}
+    catalog = catalog_for([workers.small], [workers.large])
+    with run_gateway(catalog, Seams(device_factory=fake_gpu), state_dir=tmp_path,
+                     database_url=database) as gw:
+        before = httpx.post(gw.v1 + "/route", headers=h, json=ask).json()
+        assert before["policy"] == "balanced" and "steered" not in before["reason"]
+        first = httpx.post(gw.v1 + "/chat/completions", headers=h, json=ask, timeout=30)
+        assert "x-joulegate-budget-used" not in first.headers
+        spent = _until_rows(gw.v1, secret, 1)["totals"]["energy_net_j"]
+        assert store.update("near", joule_budget=spent / 0.9)  # 90% used
+        time.sleep(2.5)  # keys are re-read every 2 s
+        after = httpx.post(gw.v1 + "/route", headers=h, json=ask).json()
+        assert after["policy"] == "min-energy"
+        assert "'near' has used 90% of its joule budget: steered" in after["reason"]
+        r = httpx.post(gw.v1 + "/chat/completions", headers=h, json=ask, timeout=30)
+        assert r.status_code == 200
+        assert float(r.headers["x-joulegate-budget-used"]) == pytest.approx(0.9, abs=0.01)
+        forced = httpx.post(gw.v1 + "/route", headers=h, json={**ask, "model": "large"})
+        assert "steered" not in forced.json()["reason"]  # a named tier is not steered
+    store.close()
