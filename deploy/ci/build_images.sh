@@ -21,6 +21,7 @@ if ! "$docker" image inspect "$base" >/dev/null 2>&1; then
     /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)}"
   mirror="${mirror:-http://deb.debian.org/debian}"
   root="$(mktemp -d)"
+  chmod 755 "$root"  # it becomes the image's /: mktemp's 700 would lock out non-root users
   debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
     bookworm "$root" "$mirror" >&2
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
