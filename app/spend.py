@@ -15,12 +15,12 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import logging
-import queue
+import operator
 import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from app.database import Database, DatabaseError
@@ -84,7 +84,8 @@ class SpendLedger:
                  clock: Callable[[], float] = time.time, refresh_s: float = 2.0) -> None:
         self._db = Database.open(url)
         self._clock = clock
-        self._queue: queue.Queue[UsageRow | None] = queue.Queue()
+        self._wake = threading.Event()  # a batch is full, or closing
+        self._closing = False
         self._flush_s = flush_s
         self._batch = batch
         self._refresh_s = refresh_s
@@ -115,12 +116,18 @@ class SpendLedger:
         except DatabaseError as exc:
             log.warning("cannot read spend of key %s: %s", key_id, exc)
             with self._lock:
-                return self._spent.get(key_id, (start, 0.0))[1]
+                cached = self._spent.get(key_id)
+                if cached is not None and cached[0] == start:
+                    return cached[1]
+                return self._pending(key_id, start)  # what is known; not cached
         with self._lock:
-            pending = sum(r.energy_net_j or 0.0 for r in self._unwritten
-                          if r.key_id == key_id and r.time >= start)
-            self._spent[key_id] = (start, committed + pending)
-            return committed + pending
+            total = committed + self._pending(key_id, start)
+            self._spent[key_id] = (start, total)
+            return total
+
+    def _pending(self, key_id: str, start: float) -> float:
+        return sum(r.energy_net_j or 0.0 for r in self._unwritten
+                   if r.key_id == key_id and r.time >= start)
 
     # -- rows ------------------------------------------------------------
     def record(self, row: UsageRow) -> None:
@@ -130,40 +137,37 @@ class SpendLedger:
             if key_id is not None and cached is not None and row.time >= cached[0]:
                 self._spent[key_id] = (cached[0], cached[1] + (row.energy_net_j or 0.0))
             self._unwritten.append(row)
-        self._queue.put(row)
+            if len(self._unwritten) == self._batch:
+                self._wake.set()
 
     def _write(self) -> None:
-        """The writer thread: commits rows in batches; a failed batch stays
-        queued (in order) and is tried again, so no committed row is lost and
-        none is written twice."""
-        done, rows = False, list[UsageRow]()
+        """The writer thread: every `flush_s` (or when a batch is full) commits
+        the oldest unwritten rows, a batch at a time, in one transaction each.
+        A batch the database refuses stays first in line and is tried again, so
+        no committed row is lost and none is written twice."""
+        insert = (f"INSERT INTO usage ({', '.join(COLUMNS)}) VALUES "
+                  f"({', '.join('?' for _ in COLUMNS)})")
+        values = operator.attrgetter(*COLUMNS)
         refreshed = time.monotonic()
-        while not done or rows:
-            deadline = time.monotonic() + self._flush_s
-            while not done and len(rows) < self._batch:
-                try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
+        while True:
+            self._wake.wait(self._flush_s)
+            self._wake.clear()
+            while True:
+                with self._lock:  # only this thread removes rows, from the front
+                    rows = self._unwritten[:self._batch]
+                    closing = self._closing
+                if not rows:
                     break
-                if item is None:
-                    done = True
-                else:
-                    rows.append(item)
-            if rows:
                 try:
-                    self._db.executemany(
-                        f"INSERT INTO usage ({', '.join(COLUMNS)}) VALUES "
-                        f"({', '.join('?' for _ in COLUMNS)})", [astuple(r) for r in rows])
+                    self._db.executemany(insert, [values(r) for r in rows])
                 except DatabaseError as exc:
                     log.warning("usage rows not written yet (%d, will retry): %s",
                                 len(rows), exc)
-                    if done:
-                        return  # closing: they stay unwritten
-                    time.sleep(self._flush_s)
-                    continue
+                    break
                 with self._lock:
                     del self._unwritten[:len(rows)]
-                rows = []
+            if closing:
+                return  # what the database refused stays unwritten
             if time.monotonic() - refreshed > self._refresh_s:
                 refreshed = time.monotonic()
                 with self._lock:
@@ -182,7 +186,9 @@ class SpendLedger:
         return [dict(zip(COLUMNS, r, strict=True)) for r in found]
 
     def close(self) -> None:
-        self._queue.put(None)
+        with self._lock:
+            self._closing = True
+        self._wake.set()
         self._thread.join(timeout=10)
         self._db.close()
 

@@ -42,3 +42,25 @@ def test_periods_hold_now() -> None:
     now = time.time()
     for p in ("day", "week", "month"):
         assert period_start(p, now) <= now < period_end(p, now)  # type: ignore[arg-type]
+
+
+def test_rows_the_database_refuses_are_written_once_it_takes_them(database: str) -> None:
+    from app.database import Database
+
+    other = Database(database)  # another client: takes the table away, then back
+    ledger = SpendLedger(database, flush_s=0.05)
+    other.execute("ALTER TABLE usage RENAME TO usage_away")
+    now = time.time()
+    for i in range(5):
+        ledger.record(row(now + i, 1.0))
+    time.sleep(0.5)  # several refused attempts
+    assert ledger.spent_j(KEY) == 5.0  # still counted against the budget
+    other.execute("ALTER TABLE usage_away RENAME TO usage")
+    deadline = time.monotonic() + 5
+    while other.execute("SELECT COUNT(*) FROM usage").rows[0][0] < 5:
+        assert time.monotonic() < deadline, "rows never written"
+        time.sleep(0.05)
+    ledger.close()
+    times = [r[0] for r in other.execute("SELECT time FROM usage ORDER BY time").rows]
+    assert times == [now + i for i in range(5)]  # in order, each once
+    other.close()

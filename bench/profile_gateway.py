@@ -1,0 +1,107 @@
+"""Where a gateway process spends its time under load: py-spy samples of
+`joulegate serve` in front of the fixed-answer nginx upstream (bench.gateways)
+while wrk sends non-streamed chat requests, grouped by the package each
+sample's innermost frame is in, and by our own functions.
+
+    python -m bench.profile_gateway [--connections 50] [--model small] [--seconds 15]
+        ->  bench/results/profile-<model>-c<N>.json (+ the collapsed stacks)
+
+Needs nginx-light, wrk (Debian) and py-spy (PyPI); run as root (ptrace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from app.embedded import free_port
+from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
+from bench.gpu_common import project_commit
+from workers.local import wait_healthy
+
+ROOT = Path(__file__).resolve().parent.parent
+OURS = ("app", "router", "telemetry")
+
+
+def package(frame: str) -> str:
+    """A py-spy frame "func (pkg/module.py:12)" -> its top-level package."""
+    path = frame.rsplit(" (", 1)[-1].rstrip(")").rsplit(":", 1)[0]
+    top = path.split("/", 1)[0]
+    return "<native>" if not path or path.startswith("<") else top.removesuffix(".py")
+
+
+def summarize(collapsed: str) -> dict[str, Any]:
+    """Shares of samples by the innermost frame's package, and our functions'
+    inclusive shares (a frame counted once per sample)."""
+    own: collections.Counter[str] = collections.Counter()
+    ours: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        total += n
+        own[package(frames[-1])] += n
+        for f in {re.sub(r":\d+\)$", ")", f) for f in frames if package(f) in OURS}:
+            ours[f] += n  # by function: line numbers dropped
+    share = lambda c: {k: round(v / total, 4) for k, v in c.most_common(25)}  # noqa: E731
+    return {"samples": total, "by_package_innermost": share(own),
+            "our_functions_inclusive": share(ours)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--model", default="small", help="small (forced tier) or auto")
+    parser.add_argument("--seconds", type=int, default=15)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="jg-profile-"))
+    upstream = start_nginx(work)
+    port = free_port()
+    proc = joulegate(port, upstream, work)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        body = {"model": args.model, "max_tokens": 16,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+        wrk(url, args.connections, 3, body, work)  # warm up
+        raw = work / "stacks.txt"
+        pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        spy = subprocess.Popen([pyspy, "record", "--format", "raw", "--rate", "250",
+                                "--duration", str(args.seconds), "--nonblocking",
+                                "--pid", str(proc.pid), "--output", str(raw)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        time.sleep(1)
+        load: dict[str, Any] = {}
+        t = threading.Thread(target=lambda: load.update(
+            wrk(url, args.connections, args.seconds - 2, body, work)))
+        t.start()
+        t.join()
+        spy.wait(timeout=args.seconds + 60)
+        result = {"commit": project_commit(), "model": args.model,
+                  "connections": args.connections, "load": load,
+                  **summarize(raw.read_text())}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        stop_nginx(work)
+    out = ROOT / "bench" / "results" / f"profile-{args.model}-c{args.connections}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    (out.with_suffix(".stacks.txt")).write_text(raw.read_text())
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
