@@ -136,15 +136,21 @@ def upstream_failed(backend: str, detail: str) -> ApiError:
     )
 
 
+async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    hook = getattr(request.app.state, "on_error", None)  # set by the app's lifespan
+    if hook is not None:
+        hook(exc.status, exc.code)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+    err = ApiError(500, f"Internal error: {type(exc).__name__}", "server_error")
+    return JSONResponse(err.body(), status_code=500)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Answer every error, ours or the framework's, in the OpenAI envelope."""
-
-    async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
-        hook = getattr(request.app.state, "on_error", None)  # set by the app's lifespan
-        if hook is not None:
-            hook(exc.status, exc.code)
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
@@ -155,10 +161,6 @@ def install_handlers(app: FastAPI) -> None:
             hook(exc.status_code, code)
         # Starlette's headers (405's Allow) are kept.
         return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
-
-    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
-        err = ApiError(500, f"Internal error: {type(exc).__name__}", "server_error")
-        return JSONResponse(err.body(), status_code=500)
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

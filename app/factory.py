@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from app.catalog import Catalog, Device, load_catalog
 from app.errors import install_handlers
 from app.exchange import Parts
+from app.gatewayapp import GatewayApp
 from app.keys import KeyRing, KeyStore, kept_secret
 from app.limits import RateLimits
 from app.meter import LocalMeter, Meter, RemoteMeter
@@ -134,9 +135,10 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             spend.close()  # writes the rows still queued
             store.close()
 
-    app = FastAPI(title="joulegate", lifespan=lifespan)
+    app = GatewayApp(title="joulegate", lifespan=lifespan)
     install_handlers(app)
     app.include_router(build_routes())
+    app.route_directly()
     names = ["auto", *catalog.tiers, *(b.name for b in catalog.backends)]
     install_openapi(app, [ChatRequest, CompletionRequest], names,
                     max(b.context_tokens for b in catalog.backends))

@@ -2,18 +2,19 @@
 commit, taking turns, so that a machine whose speed drifts (this VM varies by
 1.5x between runs) affects both alike.
 
-    python -m bench.ab --base ca6d843 [--rounds 3 --seconds 8]
-        # -> bench/results/ab-overhead.json
+    python -m bench.ab --base ca6d843 [--rounds 3 --seconds 8 --connections 1]
+        # -> bench/results/ab-overhead.json (--out to write elsewhere)
 
 Each round starts the base's gateway, then this checkout's, in front of the
 same fixed-answer nginx (bench/gateways.py), and measures a forced-tier
-non-streamed chat with wrk at one connection.
+non-streamed chat with wrk (one connection unless told).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -28,12 +29,29 @@ from workers.local import ROOT, wait_healthy
 BODY = {"model": "small", "messages": [{"role": "user", "content": "What is the capital?"}]}
 
 
-def _measure(root: Path, upstream: int, work: Path, seconds: int) -> dict[str, Any]:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (and its reaped children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: int
+             ) -> dict[str, Any]:
     port = free_port()
     proc = joulegate(port, upstream, work, root)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
-        return wrk(f"http://127.0.0.1:{port}/v1/chat/completions", 1, seconds, BODY, work)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        wrk(url, connections, 2, BODY, work)  # warm up
+        before = _cpu_s(proc.pid)
+        out = wrk(url, connections, seconds, BODY, work)
+        # the gateway's own CPU per request: less sensitive than req/s to what
+        # else the machine runs at the moment (wrk and nginx share its cores)
+        requests = (out["req_per_s"] or 0) * seconds
+        out["cpu_ms_per_request"] = round(1000 * (_cpu_s(proc.pid) - before) / requests, 4) \
+            if requests else None
+        return out
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -44,6 +62,7 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the earlier commit")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--connections", type=int, default=1)
     parser.add_argument("--out", type=Path,
                         default=ROOT / "bench" / "results" / "ab-overhead.json")
     args = parser.parse_args()
@@ -56,17 +75,21 @@ def main() -> None:
     try:
         for _ in range(args.rounds):
             for name, root in (("base", base), ("this", ROOT)):
-                runs[name].append(_measure(root, upstream, work, args.seconds))
+                runs[name].append(_measure(root, upstream, work, args.seconds,
+                                           args.connections))
                 print(name, runs[name][-1], flush=True)
     finally:
         stop_nginx(work)
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
                        check=False)
     summary = {name: {"req_per_s_median": statistics.median(r["req_per_s"] for r in rs),
-                      "p50_ms_median": statistics.median(r["p50_ms"] for r in rs)}
+                      "p50_ms_median": statistics.median(r["p50_ms"] for r in rs),
+                      "cpu_ms_per_request_median": statistics.median(
+                          r["cpu_ms_per_request"] for r in rs)}
                for name, rs in runs.items()}
     result = {"commit": project_commit(), "base": args.base, "rounds": args.rounds,
-              "seconds": args.seconds, "case": "forced tier, non-streamed, wrk -t1 -c1",
+              "seconds": args.seconds,
+              "case": f"forced tier, non-streamed, wrk -t1 -c{args.connections}",
               "runs": runs, "summary": summary,
               "added_ms_per_request": round(1000 / summary["this"]["req_per_s_median"]
                                             - 1000 / summary["base"]["req_per_s_median"], 3)}
