@@ -137,8 +137,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
 
     app = GatewayApp(title="joulegate", lifespan=lifespan)
     install_handlers(app)
-    app.include_router(build_routes())
-    app.route_directly()
+    routes = build_routes()
+    app.include_router(routes)
+    app.route_directly(routes)
     names = ["auto", *catalog.tiers, *(b.name for b in catalog.backends)]
     install_openapi(app, [ChatRequest, CompletionRequest], names,
                     max(b.context_tokens for b in catalog.backends))

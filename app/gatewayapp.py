@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -38,11 +38,13 @@ class GatewayApp(FastAPI):
                          **kwargs)
         self.direct: dict[str, Endpoint] = {}
 
-    def route_directly(self) -> None:
-        """Take the endpoints of the DIRECT paths from the routes included."""
-        self.direct = {r.path: r.endpoint for r in self.routes
+    def route_directly(self, router: APIRouter) -> None:
+        """Take the endpoints of the DIRECT paths from `router` (included in
+        this app); both must be there."""
+        self.direct = {r.path: r.endpoint for r in router.routes
                        if isinstance(r, APIRoute) and r.path in DIRECT
                        and "POST" in (r.methods or ())}
+        assert set(self.direct) == set(DIRECT), sorted(self.direct)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":

@@ -265,3 +265,25 @@ def test_last_event_without_a_blank_line_is_not_lost(gw: RunningGateway,
     r = chat(gw, {"model": "small", "messages": MSG})
     assert r.status_code == 200
     assert r.json()["usage"]["prompt_tokens"] == 11  # the worker's, from its last event
+
+
+def test_the_traffic_routes_take_the_direct_path_with_the_same_errors(
+        gw: RunningGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.gatewayapp import DIRECT, GatewayApp
+
+    app = gw.app
+    assert isinstance(app, GatewayApp) and set(app.direct) == set(DIRECT)
+    assert chat(gw, {"model": "small", "messages": MSG}).status_code == 200
+    assert_envelope(httpx.post(gw.v1 + "/chat/completions", content=b"{", timeout=10,
+                               headers={"content-type": "application/json"}), 400)
+    assert_envelope(httpx.post(gw.v1 + "/completions", json={"model": "nope", "prompt": "x"},
+                               timeout=10), 404, "model_not_found")
+    wrong = httpx.get(gw.v1 + "/chat/completions", timeout=10)  # FastAPI's path
+    assert_envelope(wrong, 405) and "POST" in wrong.headers["allow"]
+
+    async def broken(request: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(app.direct, "/v1/chat/completions", broken)
+    err = assert_envelope(chat(gw, {"model": "small", "messages": MSG}), 500)
+    assert err["type"] == "server_error" and "RuntimeError" in str(err["message"])
