@@ -18,10 +18,15 @@ def project_commit() -> str:
     if env_commit:
         return env_commit
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
                               capture_output=True, text=True).stdout.strip()
+        # uncommitted changes to the code (results aside) are not that commit
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                  "--", ".", ":!bench/results"], cwd=ROOT, check=True,
+                                 capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return f"{head}+uncommitted" if changed else head
 
 
 def start_llama(binary: str, model: str, port: int, parallel: int, ctx_per_slot: int,
