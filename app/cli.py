@@ -144,7 +144,7 @@ def _usage(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from app.spend import SpendLedger, parse_since, usage_totals
+    from app.spend import SpendLedger, parse_since
 
     seconds = parse_since(args.since)
     if seconds is None:
@@ -152,10 +152,8 @@ def _usage(args: argparse.Namespace) -> int:
         return 2
     ledger = SpendLedger(Settings().database())
     try:
-        rows = ledger.rows(None, time.time() - seconds)
-        if args.key:
-            rows = [r for r in rows if r["key_name"] == args.key]
-        print(json.dumps(usage_totals(rows), indent=2))
+        print(json.dumps(ledger.totals(None, time.time() - seconds, args.key or None),
+                         indent=2))
     finally:
         ledger.close()
     return 0

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -38,7 +40,17 @@ class RunningGateway:
 @contextmanager
 def run_gateway(catalog: Catalog, seams: Seams | None = None,
                 **settings: Any) -> Iterator[RunningGateway]:
-    """Start the app under uvicorn on a free port; stop it on exit."""
+    """Start the app under uvicorn on a free port; stop it on exit. Its state
+    (keys, usage) is in a fresh directory unless `state_dir` is given."""
+    with tempfile.TemporaryDirectory(prefix="joulegate-state-") as fresh:
+        settings.setdefault("state_dir", Path(fresh))
+        with _serving(catalog, seams, settings) as running:
+            yield running
+
+
+@contextmanager
+def _serving(catalog: Catalog, seams: Seams | None, settings: dict[str, Any]
+             ) -> Iterator[RunningGateway]:
     seams = seams or Seams()
     port = free_port()
     settings.setdefault("health_interval_seconds", 0.5)

@@ -15,6 +15,7 @@ from app.catalog import Catalog, Device, load_catalog
 from app.errors import install_handlers
 from app.exchange import Parts
 from app.gatewayapp import GatewayApp
+from app.http1 import Http1Transport
 from app.keys import KeyRing, KeyStore, kept_secret
 from app.limits import RateLimits
 from app.meter import LocalMeter, Meter, RemoteMeter
@@ -26,7 +27,14 @@ from app.routes import Gateway, RouterLike, build_routes
 from app.routing import LengthBook, build_router
 from app.settings import Settings
 from app.spend import SpendLedger, UsageRow
-from app.upstream import HttpxTransport, Timeouts, Upstream, make_transport
+from app.upstream import (
+    MAX_CONNECTIONS,
+    HttpxTransport,
+    Timeouts,
+    Transport,
+    Upstream,
+    httpx_transport,
+)
 from router.curves import Curve
 from router.placeholder import PlaceholderRouter
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
@@ -62,6 +70,17 @@ def make_router(catalog: Catalog, book: LengthBook) -> RouterLike:
     return PlaceholderRouter(catalog.tiers, first, catalog.defaults.max_tokens)
 
 
+def _transport(settings: Settings) -> Transport:
+    """One pooled transport for all workers and agents. The keep-alive stays
+    below llama-server's 5 s so that the gateway, not the worker, usually
+    closes an idle connection."""
+    if settings.upstream_transport == "httpx":
+        return httpx_transport(settings.connect_timeout_seconds,
+                               settings.upstream_keepalive_seconds)
+    return Http1Transport(settings.connect_timeout_seconds,
+                          settings.upstream_keepalive_seconds, MAX_CONNECTIONS)
+
+
 def create_app(settings: Settings, catalog: Catalog | None = None,
                seams: Seams | None = None) -> FastAPI:
     seams = seams or Seams()
@@ -71,9 +90,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         registry = seams.registry or CollectorRegistry()
         metrics = Metrics(registry)
-        transport = HttpxTransport(seams.client) if seams.client else make_transport(
-            settings.upstream_transport, settings.connect_timeout_seconds,
-            settings.upstream_keepalive_seconds)
+        transport = HttpxTransport(seams.client) if seams.client else _transport(settings)
         upstream = Upstream(transport, Timeouts(
             settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
             settings.between_chunks_timeout_seconds))

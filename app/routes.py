@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -44,13 +45,15 @@ from app.requests import (
     validate_completion,
     validate_new_key,
 )
-from app.spend import SpendLedger, parse_since, period_end, usage_totals
+from app.spend import SpendLedger, parse_since, period_end
 from app.splice import forward_spliced
 from app.traffic import Traffic
 from router.decision import POLICIES, Decision, Policy, Query, Unroutable
 from router.features import conversation_text, estimate_tokens
 from router.rewrite import rewrite_chat
 from telemetry.metrics import CONTENT_TYPE, Metrics
+
+USAGE_ROWS = 1000  # GET /v1/usage lists the newest this many requests
 
 
 class RouterLike(Protocol):
@@ -155,6 +158,10 @@ def decide_for(gw: Gateway, key: ApiKey | None, model: str, q: Query, needs: Nee
     d = decide(gw, model, replace(q, policy="min-energy"), needs, arriving)
     return replace(d, reason=f"{d.reason}; key '{key.name}' has used {used:.0%} of its "
                              "joule budget: steered to the fewest expected joules"), used
+
+
+def _usage(spend: SpendLedger, key_id: str | None, since: float) -> dict[str, Any]:
+    return {**spend.totals(key_id, since), "data": spend.rows(key_id, since, USAGE_ROWS)}
 
 
 def _admin_store(request: Request) -> KeyStore:
@@ -435,9 +442,12 @@ def build_routes() -> APIRouter:
             raise bad_request("since: a number and a unit, e.g. 24h or 7d", "since",
                               "invalid_since")
         mine = key.id if key is not None and key.id != ADMIN_ID else None
-        rows = [] if gw.spend is None else gw.spend.rows(mine, time.time() - seconds)
-        return JSONResponse({"object": "list", "since": since, **usage_totals(rows),
-                             "data": rows[-1000:]})
+        if gw.spend is None:
+            found: dict[str, Any] = {"totals": {}, "by_day": {}, "by_model": {}, "data": []}
+        else:  # off the event loop: a database round trip or two
+            found = await anyio.to_thread.run_sync(_usage, gw.spend, mine,
+                                                   time.time() - seconds)
+        return JSONResponse({"object": "list", "since": since, **found})
 
     @api.get("/v1/admin/keys", responses=ERROR_RESPONSES)
     async def admin_list(request: Request) -> Response:

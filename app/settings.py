@@ -29,7 +29,9 @@ class Settings(BaseSettings):
     upstream_keepalive_seconds: float = Field(default=4.0, gt=0)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     health_interval_seconds: float = Field(default=2.0, gt=0)
-    upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    # joulegate's own HTTP/1.1 client (app/http1.py), or httpx (e.g. for a proxy
+    # from the environment).
+    upstream_transport: Literal["http1", "httpx"] = "http1"
     policy: PolicyName = "balanced"
     # A key that has spent this share of its joule budget is routed to the
     # fewest expected joules (`auto`); 1 turns steering off.

@@ -175,15 +175,39 @@ class SpendLedger:
                 for key_id, (start, _) in cached:
                     self._reload(key_id, start)
 
-    def rows(self, key_id: str | None, since: float) -> list[dict[str, Any]]:
-        """Finished requests since `since` (a key's own, or all for None)."""
-        sql = f"SELECT {', '.join(COLUMNS)} FROM usage WHERE time >= ?"
-        args: list[Any] = [since]
-        if key_id is not None:
-            sql += " AND key_id = ?"
-            args.append(key_id)
-        found = self._db.execute(sql + " ORDER BY time", args).rows
-        return [dict(zip(COLUMNS, r, strict=True)) for r in found]
+    def rows(self, key_id: str | None, since: float, limit: int | None = None
+             ) -> list[dict[str, Any]]:
+        """Finished requests since `since` (a key's own, or all for None),
+        oldest first; with `limit`, the newest `limit` of them."""
+        where, args = _where(key_id, since)
+        sql = f"SELECT {', '.join(COLUMNS)} FROM usage WHERE {where} ORDER BY time DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        found = self._db.execute(sql, args).rows
+        return [dict(zip(COLUMNS, r, strict=True)) for r in reversed(found)]
+
+    def totals(self, key_id: str | None, since: float, key_name: str | None = None
+               ) -> dict[str, Any]:
+        """Requests, tokens and net joules since `since`: in all, by UTC day and
+        by backend, summed by the database (however many rows there are)."""
+        where, args = _where(key_id, since)
+        if key_name is not None:
+            where += " AND key_name = ?"
+            args.append(key_name)
+        day = "FLOOR(time / 86400)" if self._db.postgres else "CAST(time / 86400 AS INTEGER)"
+        groups = self._db.execute(
+            f"SELECT {day} AS day, backend, COUNT(*), COALESCE(SUM(prompt_tokens), 0), "
+            "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(energy_net_j), 0) "
+            f"FROM usage WHERE {where} GROUP BY {day}, backend", args).rows
+        total: dict[str, Any] = {}
+        by_day: dict[str, dict[str, Any]] = {}
+        by_model: dict[str, dict[str, Any]] = {}
+        for number, backend, *sums in sorted(groups, key=lambda g: (g[0], str(g[1]))):
+            date = dt.datetime.fromtimestamp(int(number) * 86400, dt.UTC).strftime("%Y-%m-%d")
+            for into in (total, by_day.setdefault(date, {}),
+                         by_model.setdefault(str(backend), {})):
+                _add(into, *sums)
+        return {"totals": total, "by_day": by_day, "by_model": dict(sorted(by_model.items()))}
 
     def close(self) -> None:
         with self._lock:
@@ -201,21 +225,15 @@ def parse_since(text: str) -> float | None:
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-def usage_totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Requests, tokens and net joules: in all, by UTC day and by backend."""
-    def add(into: dict[str, Any], r: dict[str, Any]) -> None:
-        into["requests"] = into.get("requests", 0) + 1
-        into["prompt_tokens"] = into.get("prompt_tokens", 0) + (r["prompt_tokens"] or 0)
-        into["completion_tokens"] = (into.get("completion_tokens", 0)
-                                     + (r["completion_tokens"] or 0))
-        into["energy_net_j"] = into.get("energy_net_j", 0.0) + (r["energy_net_j"] or 0.0)
+def _where(key_id: str | None, since: float) -> tuple[str, list[Any]]:
+    if key_id is None:
+        return "time >= ?", [since]
+    return "key_id = ? AND time >= ?", [key_id, since]
 
-    total: dict[str, Any] = {}
-    by_day: dict[str, dict[str, Any]] = {}
-    by_model: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        add(total, r)
-        day = dt.datetime.fromtimestamp(r["time"], dt.UTC).strftime("%Y-%m-%d")
-        add(by_day.setdefault(day, {}), r)
-        add(by_model.setdefault(r["backend"], {}), r)
-    return {"totals": total, "by_day": by_day, "by_model": by_model}
+
+def _add(into: dict[str, Any], requests: int, prompt: int, completion: int,
+         net_j: float) -> None:
+    into["requests"] = into.get("requests", 0) + int(requests)
+    into["prompt_tokens"] = into.get("prompt_tokens", 0) + int(prompt)
+    into["completion_tokens"] = into.get("completion_tokens", 0) + int(completion)
+    into["energy_net_j"] = into.get("energy_net_j", 0.0) + float(net_j)

@@ -1,9 +1,9 @@
-"""The one adapter to workers over HTTP: aiohttp directly (httpx's API cost ~10%
-of the request path, measured with py-spy), or an httpx client (tests' mock
+"""The one adapter to workers (and agents) over HTTP: joulegate's own HTTP/1.1
+client (`app/http1.py`, the default), or an httpx client (tests' mock
 transport, `upstream_transport: httpx`).
 
-Every aiohttp and httpx exception is translated here, once, into
-`UpstreamError` with a kind the exchange acts on:
+Every failure is translated, once, into `UpstreamError` with a kind the
+exchange acts on:
 
 - `unavailable`: could not connect (refused, connect timeout): try another
   replica; a failure for the replica's circuit breaker.
@@ -18,7 +18,8 @@ Every aiohttp and httpx exception is translated here, once, into
 Timeouts are the gateway's own: connect, first byte (headers and the first
 body chunk: the worker's queue wait and prefill) and between chunks (the
 longest silence while tokens stream). A hung worker is found by the first two;
-a slow long answer is not cut off as long as tokens keep coming.
+a slow long answer is not cut off as long as tokens keep coming. Each
+transport enforces them (`Timeouts` is passed with every request).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import aiohttp
 import httpx
 
 UpstreamErrorKind = Literal["unavailable", "reset", "timeout", "broken"]
@@ -55,85 +55,21 @@ class Timeouts:
 class RawResponse(Protocol):
     status: int
 
-    def chunks(self) -> AsyncIterator[bytes]: ...  # raises UpstreamError
+    def chunks(self) -> AsyncIterator[bytes]: ...  # raises UpstreamError (incl. timeouts)
     async def aclose(self) -> None: ...
 
 
 class Transport(Protocol):
-    async def send(self, method: str, url: str, body: bytes | None, fresh: bool
-                   ) -> RawResponse: ...  # raises UpstreamError
+    """Sends a request and returns once its headers arrived, or raises
+    UpstreamError; enforces `timeouts` for the headers and every chunk."""
+
+    async def send(self, method: str, url: str, body: bytes | None, fresh: bool,
+                   timeouts: Timeouts) -> RawResponse: ...
     async def aclose(self) -> None: ...
 
 
 def _detail(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-class _AiohttpResponse:
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.content.iter_any():
-                yield chunk
-        except aiohttp.ClientError as exc:
-            raise UpstreamError("broken", _detail(exc)) from exc
-
-    async def aclose(self) -> None:
-        if self._response.content.at_eof():
-            self._response.release()
-        else:
-            self._response.close()
-
-
-class AiohttpTransport:
-    """aiohttp, translated truthfully: a connection the worker dropped before
-    answering is a reset, not a connect failure. A `fresh` request goes over a
-    new connection that is closed after."""
-
-    def __init__(self, connect_s: float, keepalive_s: float,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_s,
-                                              sock_connect=connect_s)
-        self._keepalive_s = keepalive_s
-        self._max = max_connections
-        self._pooled: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
-
-    def _session(self, fresh: bool) -> aiohttp.ClientSession:
-        # Made on first use: a ClientSession belongs to the running event loop.
-        if fresh:
-            if self._fresh is None:
-                self._fresh = aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(force_close=True, limit=0),
-                    timeout=self._timeout, auto_decompress=False)
-            return self._fresh
-        if self._pooled is None:
-            self._pooled = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
-                limit=self._max, keepalive_timeout=self._keepalive_s),
-                timeout=self._timeout, auto_decompress=False)
-        return self._pooled
-
-    async def send(self, method: str, url: str, body: bytes | None, fresh: bool
-                   ) -> RawResponse:
-        try:
-            response = await self._session(fresh).request(
-                method, url, data=body, headers=JSON_HEADERS if body is not None else None,
-                allow_redirects=False)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise UpstreamError("unavailable", _detail(exc)) from exc
-        except aiohttp.ClientResponseError as exc:  # it answered, but not in HTTP
-            raise UpstreamError("broken", _detail(exc)) from exc
-        except aiohttp.ClientError as exc:  # disconnected, reset
-            raise UpstreamError("reset", _detail(exc)) from exc
-        return _AiohttpResponse(response)
-
-    async def aclose(self) -> None:
-        for session in (self._pooled, self._fresh):
-            if session is not None:
-                await session.close()
 
 
 @contextlib.contextmanager
@@ -151,14 +87,26 @@ def _httpx_translated(began: bool) -> Iterator[None]:
 
 
 class _HttpxResponse:
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, timeouts: Timeouts) -> None:
         self._response = response
+        self._timeouts = timeouts
         self.status = response.status_code
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        with _httpx_translated(began=True):
-            async for chunk in self._response.aiter_bytes():
-                yield chunk
+        it = self._response.aiter_bytes().__aiter__()
+        began = False
+        while True:
+            wait_s = self._timeouts.between_chunks_s if began else self._timeouts.first_byte_s
+            try:
+                with _httpx_translated(began=True):
+                    async with asyncio.timeout(wait_s):
+                        chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError as exc:
+                raise UpstreamError("timeout", "no data from the worker in time") from exc
+            began = True
+            yield chunk
 
     async def aclose(self) -> None:
         await self._response.aclose()
@@ -170,25 +118,23 @@ class HttpxTransport:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self._client = client
 
-    async def send(self, method: str, url: str, body: bytes | None, fresh: bool
-                   ) -> RawResponse:
+    async def send(self, method: str, url: str, body: bytes | None, fresh: bool,
+                   timeouts: Timeouts) -> RawResponse:
         request = self._client.build_request(
             method, url, content=body, headers=JSON_HEADERS if body is not None else None)
-        with _httpx_translated(began=False):
-            return _HttpxResponse(await self._client.send(request, stream=True))
+        try:
+            with _httpx_translated(began=False):
+                async with asyncio.timeout(timeouts.first_byte_s):
+                    response = await self._client.send(request, stream=True)
+        except TimeoutError as exc:
+            raise UpstreamError("timeout", "no answer from the worker in time") from exc
+        return _HttpxResponse(response, timeouts)
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
 
-def make_transport(kind: Literal["aiohttp", "httpx"], connect_s: float,
-                   keepalive_s: float = 4.0) -> Transport:
-    """One pooled transport for all workers. Read deadlines are the Upstream's own.
-
-    keepalive_s stays below llama-server's 5 s keep-alive so that the gateway,
-    not the worker, usually closes an idle connection."""
-    if kind == "aiohttp":
-        return AiohttpTransport(connect_s, keepalive_s)
+def httpx_transport(connect_s: float, keepalive_s: float) -> HttpxTransport:
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=256,
                           keepalive_expiry=keepalive_s)
     return HttpxTransport(httpx.AsyncClient(
@@ -197,41 +143,24 @@ def make_transport(kind: Literal["aiohttp", "httpx"], connect_s: float,
 
 
 class UpstreamResponse:
-    """A worker's response whose headers have arrived; the body is read on demand,
-    each read under the first-byte or between-chunks deadline."""
+    """A worker's response whose headers have arrived; the body is read on
+    demand (each chunk under the transport's deadlines)."""
 
-    def __init__(self, raw: RawResponse, timeouts: Timeouts) -> None:
+    def __init__(self, raw: RawResponse) -> None:
         self._raw = raw
-        self._timeouts = timeouts
-        self.began = False  # a body byte has arrived
+        self.status = raw.status
 
-    @property
-    def status(self) -> int:
-        return self._raw.status
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        it = self._raw.chunks().__aiter__()
-        while True:
-            wait_s = (self._timeouts.between_chunks_s if self.began
-                      else self._timeouts.first_byte_s)
-            try:
-                async with asyncio.timeout(wait_s):
-                    chunk = await it.__anext__()
-            except StopAsyncIteration:
-                return
-            except TimeoutError as exc:
-                raise UpstreamError("timeout", "no data from the worker in time") from exc
-            self.began = True
-            yield chunk
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._raw.chunks()
 
     async def read(self) -> bytes:
-        parts = [chunk async for chunk in self.chunks()]
+        parts = [chunk async for chunk in self._raw.chunks()]
         return b"".join(parts)
 
     async def aclose(self) -> None:
         # Closing an unfinished response drops the connection, which tells the
         # worker to stop generating: that is how a client disconnect cancels.
-        with contextlib.suppress(UpstreamError, httpx.HTTPError, aiohttp.ClientError):
+        with contextlib.suppress(UpstreamError, httpx.HTTPError):
             await self._raw.aclose()
 
 
@@ -242,24 +171,17 @@ class Upstream:
         self._transport = transport
         self.timeouts = timeouts
 
-    async def _send(self, method: str, url: str, body: bytes | None, fresh: bool,
-                    timeout_s: float) -> RawResponse:
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await self._transport.send(method, url, body, fresh)
-        except TimeoutError as exc:
-            raise UpstreamError("timeout", "no answer from the worker in time") from exc
-
     async def post(self, url: str, body: bytes | dict[str, Any],
                    fresh: bool = False) -> UpstreamResponse:
         """POST; returns when the response headers arrived (first-byte deadline)."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        raw = await self._send("POST", url, payload, fresh, self.timeouts.first_byte_s)
-        return UpstreamResponse(raw, self.timeouts)
+        raw = await self._transport.send("POST", url, payload, fresh, self.timeouts)
+        return UpstreamResponse(raw)
 
     async def _get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
+        deadlines = Timeouts(timeout_s, timeout_s, timeout_s)
         async with asyncio.timeout(timeout_s):
-            raw = await self._send("GET", url, None, False, timeout_s)
+            raw = await self._transport.send("GET", url, None, False, deadlines)
             try:
                 return raw.status, b"".join([c async for c in raw.chunks()])
             finally:

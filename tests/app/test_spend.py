@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from app.keys import ApiKey
-from app.spend import SpendLedger, UsageRow, period_end, period_start, usage_totals
+from app.spend import SpendLedger, UsageRow, period_end, period_start
 
 KEY = ApiKey("k1", "team-a", "h", 0.0, joule_budget=10.0, budget_period="day")
 
@@ -31,10 +31,17 @@ def test_spend_counts_before_and_after_the_rows_are_written(database: str) -> No
     rows = reopened.rows("k1", period_start("day", now))
     assert [r["energy_net_j"] for r in rows] == [3.0, 4.0]
     assert len(reopened.rows(None, 0.0)) == 4
-    totals = usage_totals(rows)
+    assert [r["energy_net_j"] for r in reopened.rows(None, 0.0, limit=2)] == [4.0, 50.0]
+    totals = reopened.totals("k1", period_start("day", now))
     assert totals["totals"] == {"requests": 2, "prompt_tokens": 20, "completion_tokens": 10,
                                 "energy_net_j": 7.0}
     assert list(totals["by_model"]) == ["small"]
+    day = time.strftime("%Y-%m-%d", time.gmtime(now))
+    assert totals["by_day"] == {day: totals["totals"]}
+    everyone = reopened.totals(None, 0.0)
+    assert everyone["totals"]["requests"] == 4 and len(everyone["by_day"]) == 2
+    assert everyone["totals"]["energy_net_j"] == 157.0
+    assert reopened.totals(None, 0.0, key_name="team-a")["totals"]["requests"] == 3
     reopened.close()
 
 

@@ -1,4 +1,4 @@
-"""The upstream adapter over the real aiohttp transport, against a raw server
+"""The upstream adapter over joulegate's own HTTP/1.1 transport, against a raw server
 that drops keep-alive connections the way a worker's idle timeout does."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import contextlib
 
 import pytest
 
-from app.upstream import Timeouts, Upstream, UpstreamError, make_transport
+from app.http1 import Http1Transport
+from app.upstream import Timeouts, Upstream, UpstreamError
 
 ANSWER = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 14\r\n"
           b"connection: keep-alive\r\n\r\ndata: {}\n\n\n\n\n\n")
@@ -39,7 +40,7 @@ def test_stale_keepalive_is_a_reset_and_a_fresh_connection_works() -> None:
         connections: list[int] = []
         server = await one_answer_per_connection(connections)
         port = server.sockets[0].getsockname()[1]
-        upstream = Upstream(make_transport("aiohttp", 1.0, keepalive_s=30))
+        upstream = Upstream(Http1Transport(1.0, 30, 16))
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         try:
             first = await upstream.post(url, b"{}")
@@ -61,7 +62,7 @@ def test_refused_connection_is_unavailable_and_silence_a_timeout() -> None:
         connections: list[int] = []
         server = await one_answer_per_connection(connections, silent=True)
         port = server.sockets[0].getsockname()[1]
-        upstream = Upstream(make_transport("aiohttp", 1.0), Timeouts(1.0, 0.2, 0.2))
+        upstream = Upstream(Http1Transport(1.0, 4, 16), Timeouts(1.0, 0.2, 0.2))
         try:
             with pytest.raises(UpstreamError) as exc:
                 await upstream.post(f"http://127.0.0.1:{port}/x", b"{}")
