@@ -38,6 +38,7 @@ The idle baseline is configured or learned from quiet spans (no request for
 from __future__ import annotations
 
 import bisect
+import hashlib
 import secrets
 import threading
 import time
@@ -165,6 +166,8 @@ class Ledger:
         on_final: Callable[[str, EnergyFigure], None] | None = None,
     ) -> None:
         self.source = source
+        self._id_key = secrets.token_bytes(32)  # window ids: unguessable, one syscall
+        self._opened = 0
         self._w = prefill_weight
         self._idle_w = idle_power_w
         self._learn_idle = learn_idle and idle_power_w is None
@@ -227,10 +230,13 @@ class Ledger:
              rates: TokenRates = TOKEN_COUNTS) -> str:
         """A new window; `progress` (optional) returns the request's token points
         from an index on, read by the sampler thread while the request runs;
-        `rates`: its backend's marginal token costs. Ids are random (128 bits):
-        they cannot be guessed."""
+        `rates`: its backend's marginal token costs. Ids are a keyed hash
+        (BLAKE2b, 128 bits, a random key per ledger) of a count: they cannot
+        be guessed."""
         with self._lock:
-            wid = secrets.token_urlsafe(16)
+            self._opened += 1
+            wid = hashlib.blake2b(self._opened.to_bytes(8, "little"), key=self._id_key,
+                                  digest_size=16).hexdigest()
             self._live[wid] = _Window(wid, self.clock(), progress=progress, rates=rates)
             self._open_count += 1
             return wid

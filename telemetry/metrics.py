@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -72,6 +73,21 @@ class _DeviceCollector(Collector):
         yield from (energy, idle, tail, attributed, power, idle_power)
 
 
+class _Children:
+    """A labelled metric's children by label values, looked up once each
+    (prometheus_client's `labels()` validates and locks on every call)."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 class Metrics:
     """All gateway metrics, registered on an injected registry."""
 
@@ -120,59 +136,71 @@ class Metrics:
         self._rejected = Counter(
             "joulegate_rejected_requests", "Requests answered with an error by the gateway",
             ["status", "code"], registry=r)
+        self._requests_of = _Children(self._requests)
+        self._request_energy_of = _Children(self._request_energy)
+        self._energy_of = _Children(self._energy)
+        self._tokens_of = _Children(self._tokens)
+        self._decisions_of = _Children(self._decisions)
+        self._saved_of = _Children(self._saved)
+        self._upstream_s_of = _Children(self._upstream_s)
+        self._key_energy_of = _Children(self._key_energy)
+        self._backend_up_of = _Children(self._backend_up)
+        self._stops_of = _Children(self._stops)
+        self._thinking_of = _Children(self._thinking)
+        self._rejected_of = _Children(self._rejected)
 
     def init_backend(self, tier: str, backend: str, baseline: str) -> None:
         """Create the zero series up front, so dashboards show 0, not 'no data'."""
-        self._stops.labels(tier, backend, "loop")
-        self._thinking.labels(tier, backend)
-        self._saved.labels(baseline)
-        self._backend_up.labels(backend)
+        self._stops_of(tier, backend, "loop")
+        self._thinking_of(tier, backend)
+        self._saved_of(baseline)
+        self._backend_up_of(backend)
 
     def thinking(self, tier: str, backend: str) -> None:
-        self._thinking.labels(tier, backend).inc()
+        self._thinking_of(tier, backend).inc()
 
     def rejected(self, status: int, code: str | None) -> None:
-        self._rejected.labels(str(status), code or "none").inc()
+        self._rejected_of(str(status), code or "none").inc()
 
     def watch_devices(self, devices: Callable[[], Iterable[DeviceView]]) -> None:
         self.registry.register(_DeviceCollector(devices))
 
     def request(self, tier: str, backend: str, route: str, category: str, status: str) -> None:
-        self._requests.labels(tier, backend, route, category, status).inc()
+        self._requests_of(tier, backend, route, category, status).inc()
 
     def key_energy(self, key_name: str, joules: float) -> None:
         """Net joules per API key, by its name (names are the admin's: bounded;
         never the key itself)."""
-        self._key_energy.labels(key_name).inc(max(0.0, joules))
+        self._key_energy_of(key_name).inc(max(0.0, joules))
 
     def request_energy(self, tier: str, backend: str, figure: EnergyFigure) -> None:
-        self._request_energy.labels(tier, backend, figure.source).observe(figure.net_j)
-        self._energy.labels(tier, backend, "prefill", figure.source).inc(figure.prefill_j)
-        self._energy.labels(tier, backend, "decode", figure.source).inc(figure.decode_j)
+        self._request_energy_of(tier, backend, figure.source).observe(figure.net_j)
+        self._energy_of(tier, backend, "prefill", figure.source).inc(figure.prefill_j)
+        self._energy_of(tier, backend, "decode", figure.source).inc(figure.decode_j)
 
     def tokens(self, tier: str, backend: str, prompt: int, completion: int) -> None:
-        self._tokens.labels(tier, backend, "prompt").inc(prompt)
-        self._tokens.labels(tier, backend, "completion").inc(completion)
+        self._tokens_of(tier, backend, "prompt").inc(prompt)
+        self._tokens_of(tier, backend, "completion").inc(completion)
 
     def decision(self, tier: str, strategy: str, category: str, seconds: float) -> None:
-        self._decisions.labels(tier, strategy, category).inc()
+        self._decisions_of(tier, strategy, category).inc()
         self._route_s.observe(seconds)
 
     def saved(self, baseline: str, joules: float) -> None:
         if joules > 0:
-            self._saved.labels(baseline).inc(joules)
+            self._saved_of(baseline).inc(joules)
 
     def observe_upstream(self, tier: str, backend: str, seconds: float) -> None:
-        self._upstream_s.labels(tier, backend).observe(seconds)
+        self._upstream_s_of(tier, backend).observe(seconds)
 
     def observe_overhead(self, seconds: float) -> None:
         self._overhead_s.observe(seconds)
 
     def backend_up(self, backend: str, up: bool) -> None:
-        self._backend_up.labels(backend).set(1 if up else 0)
+        self._backend_up_of(backend).set(1 if up else 0)
 
     def stop(self, tier: str, backend: str, reason: str) -> None:
-        self._stops.labels(tier, backend, reason).inc()
+        self._stops_of(tier, backend, reason).inc()
 
     def render(self) -> bytes:
         """The exposition; with several gateway processes (`serve --workers`,
