@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from telemetry.devices import MeteredDevice
-from telemetry.ledger import Ledger
 from telemetry.metrics import CONTENT_TYPE, Metrics
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure
@@ -96,7 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             figure = ledger.close(wid, points)
         else:
-            figure = _result(ledger, wid, body.get("wait_s"))
+            figure = self.server.result(body["device"], wid, body.get("wait_s"))
         if figure is None:
             self._error(404, f"no window {wid}")
         else:
@@ -106,19 +105,11 @@ class _Handler(BaseHTTPRequestHandler):
 MAX_WAIT_S = 10.0
 
 
-def _result(ledger: Ledger, wid: str, wait_s: object) -> EnergyFigure | None:
-    """The window's figure; with `wait_s`, held until it is final or that long
-    has passed (one call instead of a gateway polling)."""
-    deadline = time.monotonic() + (min(float(wait_s), MAX_WAIT_S)
-                                   if isinstance(wait_s, int | float) else 0.0)
-    while True:
-        figure = ledger.result(wid)
-        if figure is None or figure.final or time.monotonic() >= deadline:
-            return figure
-        time.sleep(0.02)
-
-
 class AgentServer(ThreadingHTTPServer):
+    """The agent's HTTP server. A call waiting for a final figure sleeps on an
+    event its window's settling sets (the ledger's `on_final`, on the sampler
+    thread): no polling, however many requests wait."""
+
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], devices: dict[str, MeteredDevice],
@@ -126,6 +117,39 @@ class AgentServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.devices = devices
         self.metrics = metrics
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple[str, str], threading.Event] = {}
+        for name, device in devices.items():
+            device.ledger.on_final = self._final_callback(name)
+
+    def _final_callback(self, device: str) -> Callable[[str, EnergyFigure], None]:
+        def on_final(wid: str, figure: EnergyFigure) -> None:
+            with self._lock:
+                event = self._waiting.get((device, wid))
+            if event is not None:
+                event.set()
+        return on_final
+
+    def result(self, device: str, wid: str, wait_s: object) -> EnergyFigure | None:
+        """The window's figure; with `wait_s`, held until it is final or that long
+        has passed (one call instead of a gateway polling)."""
+        ledger = self.devices[device].ledger
+        figure = ledger.result(wid)
+        if figure is None or figure.final or not isinstance(wait_s, int | float) \
+                or wait_s <= 0:
+            return figure
+        event = threading.Event()
+        with self._lock:
+            self._waiting[(device, wid)] = event
+        try:
+            figure = ledger.result(wid)  # settled before the event was in place?
+            if figure is not None and not figure.final:
+                event.wait(min(float(wait_s), MAX_WAIT_S))
+                figure = ledger.result(wid)
+        finally:
+            with self._lock:
+                self._waiting.pop((device, wid), None)
+        return figure
 
 
 def start_agent(host: str, port: int, devices: dict[str, MeteredDevice],
