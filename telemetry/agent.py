@@ -11,126 +11,80 @@ per host, and gateways open and close their windows over HTTP:
     GET  /metrics            device energy, power, idle (Prometheus)
     GET  /healthz
 
-Standard library HTTP only: telemetry imports nothing but the stdlib, pynvml
-and prometheus_client.
+Every request a gateway forwards makes three of these calls, so they must
+cost little: one asyncio loop on its own thread serves them over keep-alive
+HTTP/1.1 (the standard library's threaded `http.server` cost ~1 ms of CPU a
+call, more than the gateway itself, with a thread per connection). A call
+waiting for a final figure waits on a future its window's settling resolves
+(the ledger's `on_final`, on the sampler thread): no polling. Standard
+library only: telemetry imports nothing but the stdlib, pynvml and
+prometheus_client.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from telemetry.devices import MeteredDevice
+from telemetry.ledger import Ledger
 from telemetry.metrics import CONTENT_TYPE, Metrics
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure
 
 log = logging.getLogger("joulegate.agent")
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: AgentServer
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in two writes: with Nagle's algorithm the second
-    # waits for the client's delayed ACK (~40 ms per call, measured).
-    disable_nagle_algorithm = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug(format, *args)
-
-    def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _json(self, status: int, obj: Any) -> None:
-        self._reply(status, json.dumps(obj).encode())
-
-    def _error(self, status: int, message: str) -> None:
-        self._json(status, {"error": {"message": message, "type": "invalid_request_error",
-                                      "param": None, "code": None}})
-
-    def do_GET(self) -> None:
-        if self.path == "/metrics":
-            self._reply(200, self.server.metrics.render(), CONTENT_TYPE)
-        elif self.path == "/healthz":
-            self._json(200, {"status": "ok", "devices": sorted(self.server.devices)})
-        else:
-            self._error(404, f"no route {self.path}")
-
-    def do_POST(self) -> None:
-        try:
-            n = int(self.headers.get("content-length") or 0)
-            body = json.loads(self.rfile.read(n) or b"{}")
-            device = self.server.devices[body["device"]]
-        except (ValueError, KeyError, TypeError):
-            self._error(400, "body must be JSON with a known 'device'")
-            return
-        ledger = device.ledger
-        if self.path == "/v1/windows/open":
-            try:
-                rates = TokenRates.from_curve(body["curve"]) if "curve" in body \
-                    else TOKEN_COUNTS
-            except (TypeError, ValueError) as exc:
-                self._error(400, f"curve: 7 coefficients expected ({exc})")
-                return
-            self._json(200, {"window": ledger.open(rates=rates)})
-            return
-        if self.path not in ("/v1/windows/close", "/v1/windows/result"):
-            self._error(404, f"no route {self.path}")
-            return
-        wid = str(body.get("window", ""))
-        if self.path == "/v1/windows/close":
-            try:
-                points = [(float(t), int(p), int(d)) for t, p, d in body.get("points", [])]
-            except (TypeError, ValueError):
-                self._error(400, "points must be [offset_s, prompt_tokens, decode_tokens]")
-                return
-            figure = ledger.close(wid, points)
-        else:
-            figure = self.server.result(body["device"], wid, body.get("wait_s"))
-        if figure is None:
-            self._error(404, f"no window {wid}")
-        else:
-            self._json(200, asdict(figure))
-
-
 MAX_WAIT_S = 10.0
+MAX_HEAD_BYTES = 16 * 1024
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a long answer's token points
+JSON = "application/json"
+Reply = tuple[int, bytes, str]
 
 
-class AgentServer(ThreadingHTTPServer):
-    """The agent's HTTP server. A call waiting for a final figure sleeps on an
-    event its window's settling sets (the ledger's `on_final`, on the sampler
-    thread): no polling, however many requests wait."""
+def _json(status: int, obj: Any) -> Reply:
+    return status, json.dumps(obj).encode(), JSON
 
-    daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], devices: dict[str, MeteredDevice],
-                 metrics: Metrics) -> None:
-        super().__init__(address, _Handler)
+def _error(status: int, message: str) -> Reply:
+    return _json(status, {"error": {"message": message, "type": "invalid_request_error",
+                                    "param": None, "code": None}})
+
+
+def _figure(figure: EnergyFigure | None, wid: str) -> Reply:
+    return _error(404, f"no window {wid}") if figure is None else _json(200, asdict(figure))
+
+
+class AgentServer:
+    """The agent's HTTP server: an asyncio loop on a thread of its own."""
+
+    def __init__(self, devices: dict[str, MeteredDevice], metrics: Metrics) -> None:
         self.devices = devices
         self.metrics = metrics
-        self._lock = threading.Lock()
-        self._waiting: dict[tuple[str, str], threading.Event] = {}
+        self.loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._waiting: dict[tuple[str, str], asyncio.Future[None]] = {}
         for name, device in devices.items():
             device.ledger.on_final = self._final_callback(name)
 
+    # -- final figures -----------------------------------------------------
     def _final_callback(self, device: str) -> Callable[[str, EnergyFigure], None]:
-        def on_final(wid: str, figure: EnergyFigure) -> None:
-            with self._lock:
-                event = self._waiting.get((device, wid))
-            if event is not None:
-                event.set()
+        def on_final(wid: str, figure: EnergyFigure) -> None:  # on a sampler thread
+            if (device, wid) in self._waiting:
+                self.loop.call_soon_threadsafe(self._settled, device, wid)
         return on_final
 
-    def result(self, device: str, wid: str, wait_s: object) -> EnergyFigure | None:
+    def _settled(self, device: str, wid: str) -> None:
+        waiter = self._waiting.get((device, wid))
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def result(self, device: str, wid: str, wait_s: object) -> EnergyFigure | None:
         """The window's figure; with `wait_s`, held until it is final or that long
         has passed (one call instead of a gateway polling)."""
         ledger = self.devices[device].ledger
@@ -138,25 +92,159 @@ class AgentServer(ThreadingHTTPServer):
         if figure is None or figure.final or not isinstance(wait_s, int | float) \
                 or wait_s <= 0:
             return figure
-        event = threading.Event()
-        with self._lock:
-            self._waiting[(device, wid)] = event
+        waiter = self._waiting[(device, wid)] = self.loop.create_future()
         try:
-            figure = ledger.result(wid)  # settled before the event was in place?
+            figure = ledger.result(wid)  # settled before the waiter was in place?
             if figure is not None and not figure.final:
-                event.wait(min(float(wait_s), MAX_WAIT_S))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(float(wait_s), MAX_WAIT_S)):
+                        await waiter
                 figure = ledger.result(wid)
         finally:
-            with self._lock:
-                self._waiting.pop((device, wid), None)
+            self._waiting.pop((device, wid), None)
         return figure
+
+    # -- the API -----------------------------------------------------------
+    async def answer(self, method: str, path: str, raw: bytes) -> Reply:
+        if method == "GET":
+            if path == "/metrics":
+                return 200, self.metrics.render(), CONTENT_TYPE
+            if path == "/healthz":
+                return _json(200, {"status": "ok", "devices": sorted(self.devices)})
+            return _error(404, f"no route {path}")
+        if method != "POST":
+            return _error(405, f"{method} is not served")
+        try:
+            body = json.loads(raw or b"{}")
+            name = body["device"]
+            ledger = self.devices[name].ledger
+        except (ValueError, KeyError, TypeError):
+            return _error(400, "body must be JSON with a known 'device'")
+        if path == "/v1/windows/open":
+            return _open(ledger, body)
+        wid = str(body.get("window", ""))
+        if path == "/v1/windows/close":
+            try:
+                points = [(float(t), int(p), int(d)) for t, p, d in body.get("points", [])]
+            except (TypeError, ValueError):
+                return _error(400, "points must be [offset_s, prompt_tokens, decode_tokens]")
+            return _figure(ledger.close(wid, points), wid)
+        if path == "/v1/windows/result":
+            return _figure(await self.result(name, wid, body.get("wait_s")), wid)
+        return _error(404, f"no route {path}")
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        """Keep-alive HTTP/1.1: requests with a Content-Length body, one at a time."""
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the client closed
+                except asyncio.LimitOverrunError:
+                    await _send(writer, _error(431, "request head too large"), close=True)
+                    return
+                request = _parse_head(head)
+                if request is None:
+                    await _send(writer, _error(400, "not an HTTP/1.1 request with a "
+                                                    "Content-Length"), close=True)
+                    return
+                method, path, length, close = request
+                raw = await reader.readexactly(length) if length else b""
+                try:
+                    reply = await self.answer(method, path, raw)
+                except Exception:
+                    log.exception("%s %s", method, path)
+                    reply = _error(500, "agent error")
+                await _send(writer, reply, close)
+                if close:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+    # -- running ---------------------------------------------------------
+    def start(self, host: str, port: int) -> threading.Thread:
+        started = threading.Event()
+        failed: list[OSError] = []
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            try:
+                self._server = self.loop.run_until_complete(asyncio.start_server(
+                    self._connection, host, port, limit=MAX_HEAD_BYTES))
+            except OSError as exc:
+                failed.append(exc)
+                return
+            finally:
+                started.set()
+            self.loop.run_forever()
+            self.loop.close()
+
+        thread = threading.Thread(target=run, name="joulegate-agent", daemon=True)
+        thread.start()
+        started.wait()
+        if failed:
+            raise RuntimeError(f"agent could not listen on {host}:{port}: {failed[0]}")
+        return thread
+
+    def shutdown(self) -> None:
+        """Stop listening, end open connections and the loop's thread."""
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+        if self.loop.is_running():
+            asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+def _open(ledger: Ledger, body: dict[str, Any]) -> Reply:
+    try:
+        rates = TokenRates.from_curve(body["curve"]) if "curve" in body else TOKEN_COUNTS
+    except (TypeError, ValueError) as exc:
+        return _error(400, f"curve: 7 coefficients expected ({exc})")
+    return _json(200, {"window": ledger.open(rates=rates)})
+
+
+def _parse_head(head: bytes) -> tuple[str, str, int, bool] | None:
+    """(method, path, body length, close after) of a request head, or None."""
+    try:
+        line, *fields = head.decode("latin-1").split("\r\n")
+        method, path, version = line.split(" ")
+        headers = {k.strip().lower(): v.strip() for k, _, v in
+                   (f.partition(":") for f in fields if f)}
+        length = int(headers.get("content-length", "0"))
+    except ValueError:
+        return None
+    if not version.startswith("HTTP/1.") or "chunked" in headers.get("transfer-encoding", "") \
+            or not 0 <= length <= MAX_BODY_BYTES:
+        return None
+    close = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
+    return method, path.split("?", 1)[0], length, close
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+
+
+async def _send(writer: asyncio.StreamWriter, reply: Reply, close: bool) -> None:
+    status, body, content_type = reply
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"content-type: {content_type}\r\ncontent-length: {len(body)}\r\n"
+            + ("connection: close\r\n" if close else "") + "\r\n")
+    writer.write(head.encode("latin-1") + body)
+    await writer.drain()
 
 
 def start_agent(host: str, port: int, devices: dict[str, MeteredDevice],
                 metrics: Metrics) -> tuple[AgentServer, threading.Thread]:
     """Serve in a background thread; `server.shutdown()` stops it."""
     metrics.watch_devices(lambda: [d.view() for d in devices.values()])
-    server = AgentServer((host, port), devices, metrics)
-    thread = threading.Thread(target=server.serve_forever, name="joulegate-agent", daemon=True)
-    thread.start()
-    return server, thread
+    server = AgentServer(devices, metrics)
+    return server, server.start(host, port)

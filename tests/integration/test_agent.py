@@ -89,3 +89,28 @@ def test_each_device_is_metered_by_the_agent_on_its_machine(workers: Workers) ->
     assert set(a.devices) == {"node-a"} and set(b.devices) == {"node-b"}
     assert a.devices["node-a"].ledger.totals().attributed_j > 0
     assert b.devices["node-b"].ledger.totals().attributed_j > 0
+
+
+def test_agent_speaks_keepalive_http_and_refuses_what_it_does_not(
+        agent: tuple[str, AgentServer]) -> None:
+    import socket
+
+    url, _ = agent
+    host, port = url.removeprefix("http://").split(":")
+    body = b'{"device": "cpu"}'
+    open_window = (b"POST /v1/windows/open HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n"
+                   % len(body) + body)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        for _ in range(2):  # two requests, one connection
+            s.sendall(open_window)
+            answer = s.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and b'"window"' in answer
+        s.sendall(b"POST /v1/windows/open HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        answer = s.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"connection: close" in answer
+        assert s.recv(1) == b""  # and it closed the connection
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"GET /x HTTP/1.1\r\n" + b"X-Long: " + b"a" * 20000 + b"\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 431 ")
+    assert httpx.delete(url + "/healthz").status_code == 405
+    assert httpx.get(url + "/healthz").json()["devices"] == ["cpu"]
