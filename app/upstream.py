@@ -181,7 +181,14 @@ class Upstream:
     async def _get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         deadlines = Timeouts(timeout_s, timeout_s, timeout_s)
         async with asyncio.timeout(timeout_s):
-            raw = await self._transport.send("GET", url, None, False, deadlines)
+            try:
+                raw = await self._transport.send("GET", url, None, False, deadlines)
+            except UpstreamError as exc:
+                if exc.kind != "reset":
+                    raise
+                # A pooled connection the worker had closed says nothing about its
+                # health: ask again on a new connection (as a forwarded request does).
+                raw = await self._transport.send("GET", url, None, True, deadlines)
             try:
                 return raw.status, b"".join([c async for c in raw.chunks()])
             finally:

@@ -75,3 +75,22 @@ def test_refused_connection_is_unavailable_and_silence_a_timeout() -> None:
         finally:
             await upstream.aclose()
     asyncio.run(run())
+
+
+def test_a_probe_over_a_stale_keepalive_still_sees_a_healthy_worker() -> None:
+    """A health probe that meets a connection the worker closed asks again on
+    a new one: a false 'down' opened the breaker and cost 503s (found under
+    load against llama-server)."""
+    async def run() -> None:
+        connections: list[int] = []
+        server = await one_answer_per_connection(connections)
+        port = server.sockets[0].getsockname()[1]
+        upstream = Upstream(Http1Transport(1.0, 30, 16))
+        try:
+            for _ in range(3):
+                assert await upstream.probe(f"http://127.0.0.1:{port}/health", 1.0)
+            assert len(connections) == 3
+        finally:
+            await upstream.aclose()
+            server.close()
+    asyncio.run(run())
