@@ -94,113 +94,101 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         r = registry
-        self._requests = Counter(
+        self._requests = _Children(Counter(
             "joulegate_requests", "Requests by outcome",
-            ["tier", "backend", "route", "category", "status"], registry=r)
-        self._request_energy = Histogram(
+            ["tier", "backend", "route", "category", "status"], registry=r))
+        self._request_energy = _Children(Histogram(
             "joulegate_request_energy_joules", "Net energy per request (final figures)",
-            ["tier", "backend", "source"], buckets=_ENERGY_BUCKETS, registry=r)
-        self._energy = Counter(
+            ["tier", "backend", "source"], buckets=_ENERGY_BUCKETS, registry=r))
+        self._energy = _Children(Counter(
             "joulegate_energy_joules", "Net energy attributed to requests, by phase",
-            ["tier", "backend", "phase", "source"], registry=r)
-        self._tokens = Counter(
-            "joulegate_tokens", "Tokens processed", ["tier", "backend", "kind"], registry=r)
-        self._decisions = Counter(
+            ["tier", "backend", "phase", "source"], registry=r))
+        self._tokens = _Children(Counter(
+            "joulegate_tokens", "Tokens processed", ["tier", "backend", "kind"], registry=r))
+        self._decisions = _Children(Counter(
             "joulegate_routing_decisions", "Routing decisions",
-            ["tier", "strategy", "category"], registry=r)
-        self._saved = Counter(
+            ["tier", "strategy", "category"], registry=r))
+        self._saved = _Children(Counter(
             "joulegate_energy_saved_joules", "Expected energy saved against a baseline",
-            ["baseline"], registry=r)
+            ["baseline"], registry=r))
         self._route_s = Histogram(
             "joulegate_route_seconds", "Time to decide a route", buckets=_FAST_BUCKETS,
             registry=r)
-        self._upstream_s = Histogram(
+        self._upstream_s = _Children(Histogram(
             "joulegate_upstream_seconds", "Time spent waiting for workers",
-            ["tier", "backend"], buckets=_SECONDS_BUCKETS, registry=r)
+            ["tier", "backend"], buckets=_SECONDS_BUCKETS, registry=r))
         self._overhead_s = Histogram(
             "joulegate_overhead_seconds", "Time the gateway added to a request",
             buckets=_FAST_BUCKETS, registry=r)
-        self._key_energy = Counter(
+        self._key_energy = _Children(Counter(
             "joulegate_key_energy_joules", "Net joules of finished requests, by API key name",
-            ["key"], registry=r)
-        self._backend_up = Gauge(
+            ["key"], registry=r))
+        self._backend_up = _Children(Gauge(
             "joulegate_backend_up", "1 when a backend has a healthy replica", ["backend"],
-            registry=r, multiprocess_mode="max")
-        self._stops = Counter(
+            registry=r, multiprocess_mode="max"))
+        self._stops = _Children(Counter(
             "joulegate_generation_stops", "Generations the gateway stopped, by reason",
-            ["tier", "backend", "reason"], registry=r)
-        self._thinking = Counter(
+            ["tier", "backend", "reason"], registry=r))
+        self._thinking = _Children(Counter(
             "joulegate_thinking_budget_requests",
             "Requests sent to a reasoning backend with a capped thinking span",
-            ["tier", "backend"], registry=r)
-        self._rejected = Counter(
+            ["tier", "backend"], registry=r))
+        self._rejected = _Children(Counter(
             "joulegate_rejected_requests", "Requests answered with an error by the gateway",
-            ["status", "code"], registry=r)
-        self._requests_of = _Children(self._requests)
-        self._request_energy_of = _Children(self._request_energy)
-        self._energy_of = _Children(self._energy)
-        self._tokens_of = _Children(self._tokens)
-        self._decisions_of = _Children(self._decisions)
-        self._saved_of = _Children(self._saved)
-        self._upstream_s_of = _Children(self._upstream_s)
-        self._key_energy_of = _Children(self._key_energy)
-        self._backend_up_of = _Children(self._backend_up)
-        self._stops_of = _Children(self._stops)
-        self._thinking_of = _Children(self._thinking)
-        self._rejected_of = _Children(self._rejected)
+            ["status", "code"], registry=r))
 
     def init_backend(self, tier: str, backend: str, baseline: str) -> None:
         """Create the zero series up front, so dashboards show 0, not 'no data'."""
-        self._stops_of(tier, backend, "loop")
-        self._thinking_of(tier, backend)
-        self._saved_of(baseline)
-        self._backend_up_of(backend)
+        self._stops(tier, backend, "loop")
+        self._thinking(tier, backend)
+        self._saved(baseline)
+        self._backend_up(backend)
 
     def thinking(self, tier: str, backend: str) -> None:
-        self._thinking_of(tier, backend).inc()
+        self._thinking(tier, backend).inc()
 
     def rejected(self, status: int, code: str | None) -> None:
-        self._rejected_of(str(status), code or "none").inc()
+        self._rejected(str(status), code or "none").inc()
 
     def watch_devices(self, devices: Callable[[], Iterable[DeviceView]]) -> None:
         self.registry.register(_DeviceCollector(devices))
 
     def request(self, tier: str, backend: str, route: str, category: str, status: str) -> None:
-        self._requests_of(tier, backend, route, category, status).inc()
+        self._requests(tier, backend, route, category, status).inc()
 
     def key_energy(self, key_name: str, joules: float) -> None:
         """Net joules per API key, by its name (names are the admin's: bounded;
         never the key itself)."""
-        self._key_energy_of(key_name).inc(max(0.0, joules))
+        self._key_energy(key_name).inc(max(0.0, joules))
 
     def request_energy(self, tier: str, backend: str, figure: EnergyFigure) -> None:
-        self._request_energy_of(tier, backend, figure.source).observe(figure.net_j)
-        self._energy_of(tier, backend, "prefill", figure.source).inc(figure.prefill_j)
-        self._energy_of(tier, backend, "decode", figure.source).inc(figure.decode_j)
+        self._request_energy(tier, backend, figure.source).observe(figure.net_j)
+        self._energy(tier, backend, "prefill", figure.source).inc(figure.prefill_j)
+        self._energy(tier, backend, "decode", figure.source).inc(figure.decode_j)
 
     def tokens(self, tier: str, backend: str, prompt: int, completion: int) -> None:
-        self._tokens_of(tier, backend, "prompt").inc(prompt)
-        self._tokens_of(tier, backend, "completion").inc(completion)
+        self._tokens(tier, backend, "prompt").inc(prompt)
+        self._tokens(tier, backend, "completion").inc(completion)
 
     def decision(self, tier: str, strategy: str, category: str, seconds: float) -> None:
-        self._decisions_of(tier, strategy, category).inc()
+        self._decisions(tier, strategy, category).inc()
         self._route_s.observe(seconds)
 
     def saved(self, baseline: str, joules: float) -> None:
         if joules > 0:
-            self._saved_of(baseline).inc(joules)
+            self._saved(baseline).inc(joules)
 
     def observe_upstream(self, tier: str, backend: str, seconds: float) -> None:
-        self._upstream_s_of(tier, backend).observe(seconds)
+        self._upstream_s(tier, backend).observe(seconds)
 
     def observe_overhead(self, seconds: float) -> None:
         self._overhead_s.observe(seconds)
 
     def backend_up(self, backend: str, up: bool) -> None:
-        self._backend_up_of(backend).set(1 if up else 0)
+        self._backend_up(backend).set(1 if up else 0)
 
     def stop(self, tier: str, backend: str, reason: str) -> None:
-        self._stops_of(tier, backend, reason).inc()
+        self._stops(tier, backend, reason).inc()
 
     def render(self) -> bytes:
         """The exposition; with several gateway processes (`serve --workers`,
