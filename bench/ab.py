@@ -3,11 +3,12 @@ commit, taking turns, so that a machine whose speed drifts (this VM varies by
 1.5x between runs) affects both alike.
 
     python -m bench.ab --base ca6d843 [--rounds 3 --seconds 8 --connections 1]
+                       [--model small|auto]
         # -> bench/results/ab-overhead.json (--out to write elsewhere)
 
 Each round starts the base's gateway, then this checkout's, in front of the
-same fixed-answer nginx (bench/gateways.py), and measures a forced-tier
-non-streamed chat with wrk (one connection unless told).
+same fixed-answer nginx (bench/gateways.py), and measures a non-streamed chat
+to the forced `small` tier (or `auto`) with wrk (one connection unless told).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
 from bench.gpu_common import project_commit
 from workers.local import ROOT, wait_healthy
 
-BODY = {"model": "small", "messages": [{"role": "user", "content": "What is the capital?"}]}
+MESSAGES = [{"role": "user", "content": "What is the capital?"}]
 
 
 def _cpu_s(pid: int) -> float:
@@ -36,16 +37,17 @@ def _cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: int
-             ) -> dict[str, Any]:
+def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: int,
+             model: str) -> dict[str, Any]:
     port = free_port()
     proc = joulegate(port, upstream, work, root)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        wrk(url, connections, 2, BODY, work)  # warm up
+        body = {"model": model, "messages": MESSAGES}
+        wrk(url, connections, 2, body, work)  # warm up
         before = _cpu_s(proc.pid)
-        out = wrk(url, connections, seconds, BODY, work)
+        out = wrk(url, connections, seconds, body, work)
         # the gateway's own CPU per request: less sensitive than req/s to what
         # else the machine runs at the moment (wrk and nginx share its cores)
         requests = (out["req_per_s"] or 0) * seconds
@@ -63,6 +65,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=1)
+    parser.add_argument("--model", default="small", help="small (a forced tier) or auto")
     parser.add_argument("--out", type=Path,
                         default=ROOT / "bench" / "results" / "ab-overhead.json")
     args = parser.parse_args()
@@ -76,7 +79,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, root in (("base", base), ("this", ROOT)):
                 runs[name].append(_measure(root, upstream, work, args.seconds,
-                                           args.connections))
+                                           args.connections, args.model))
                 print(name, runs[name][-1], flush=True)
     finally:
         stop_nginx(work)
@@ -89,7 +92,7 @@ def main() -> None:
                for name, rs in runs.items()}
     result = {"commit": project_commit(), "base": args.base, "rounds": args.rounds,
               "seconds": args.seconds,
-              "case": f"forced tier, non-streamed, wrk -t1 -c{args.connections}",
+              "case": f"model {args.model}, non-streamed, wrk -t1 -c{args.connections}",
               "runs": runs, "summary": summary,
               "added_ms_per_request": round(1000 / summary["this"]["req_per_s_median"]
                                             - 1000 / summary["base"]["req_per_s_median"], 3)}

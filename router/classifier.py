@@ -9,8 +9,8 @@ check prompts, measured.
 
 Inference does not call scikit-learn: its per-call overhead alone is ~1 ms.
 The fitted vocabularies, idf and coefficients are read out once and applied
-with dict lookups and one small matrix product, which gives the same
-probabilities (tested against the pipeline) in a fraction of a millisecond.
+with dict lookups, a count and one small matrix product, which gives the same
+probabilities (tested against the pipeline) in a few tens of microseconds.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import itertools
 import math
 import pickle
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -84,47 +85,28 @@ def word_ngrams(word: str, lo: int = 2, hi: int = 4) -> list[str]:
     return out
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
+def _normalise(v: np.ndarray) -> None:
+    """Scale `v` (a view) to unit length, in place."""
     norm = math.sqrt(float(v @ v))
-    return v / norm if norm > 0 else v
+    if norm > 0:
+        v /= norm
 
 
 class _Words:
-    """The word vectorizer's vocabulary as arrays: each word a number, unigram
-    features by word number, bigram features by (first, second) number pairs
-    (sorted, found by binary search). A request's terms are then counted in a
-    few numpy calls instead of a Python loop over its tokens."""
+    """The word vectorizer's vocabulary (unigrams and "first second" bigrams):
+    a request's terms are looked up directly, its bigrams joined as
+    scikit-learn joins them."""
 
     def __init__(self, vectorizer: Any) -> None:
-        terms = [(str(t).partition(" "), int(i)) for t, i in vectorizer.vocabulary_.items()]
-        words = sorted({w for (first, _, second), _ in terms for w in (first, second) if w})
-        self.number = {w: k for k, w in enumerate(words)}
-        self.n_words = len(words)
-        self.unigram = np.full(len(words), -1, dtype=np.intp)
-        pairs: list[tuple[int, int]] = []
-        for (first, _, second), i in terms:
-            if second:
-                pairs.append((self.number[first] * self.n_words + self.number[second], i))
-            else:
-                self.unigram[self.number[first]] = i
-        pairs.sort()
-        self.pair_keys = np.array([k for k, _ in pairs], dtype=np.int64)
-        self.pair_feature = np.array([i for _, i in pairs], dtype=np.intp)
-        self.size = len(vectorizer.vocabulary_)
+        self.vocab: dict[str, int] = {str(t): int(i) for t, i in vectorizer.vocabulary_.items()}
+        self.size = len(self.vocab)
 
-    def features(self, tokens: list[str]) -> np.ndarray:
+    def features(self, tokens: list[str]) -> list[int]:
         """The feature index of every unigram and bigram occurrence in the vocabulary."""
-        if not tokens:
-            return np.zeros(0, dtype=np.intp)
-        ids = np.fromiter(map(self.number.get, tokens, itertools.repeat(-1)), dtype=np.int64,
-                          count=len(tokens))
-        uni = self.unigram[ids[ids >= 0]]
-        first, second = ids[:-1], ids[1:]
-        both = (first >= 0) & (second >= 0)
-        keys = first[both] * self.n_words + second[both]
-        pos = np.minimum(np.searchsorted(self.pair_keys, keys), len(self.pair_keys) - 1)
-        pos = pos[self.pair_keys[pos] == keys]
-        return np.concatenate((uni[uni >= 0], self.pair_feature[pos]))
+        get = self.vocab.get
+        ids = [i for i in map(get, tokens) if i is not None]
+        ids += [i for i in map(get, map(" ".join, itertools.pairwise(tokens))) if i is not None]
+        return ids
 
 
 class _Chars:
@@ -172,15 +154,18 @@ class Classifier:
         """The text's TF-IDF features (sparse: indices and values), computed once
         and shared by every head that reads them (categories, complexity)."""
         text = prepare(text)
-        ids = np.concatenate((
-            self._word.features(words(text.lower())),
-            np.array(self._char.features(_SPACES.sub(" ", char_view(text))), dtype=np.intp)))
-        idx, n = np.unique(ids, return_counts=True)
+        # Term counts: the word block's first (the character ids are offset
+        # past it, so the two never collide and insertion order keeps them apart).
+        counts = Counter(self._word.features(words(text.lower())))
+        k = len(counts)
+        counts.update(self._char.features(_SPACES.sub(" ", char_view(text))))
+        idx = np.fromiter(counts.keys(), dtype=np.intp, count=len(counts))
+        n = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
         vals = (1.0 + np.log(n)) * self._idf[idx]  # sublinear tf x idf
-        # Each vectorizer normalises its own block (the pipeline's FeatureUnion);
-        # the word block's indices come first.
-        k = int(np.searchsorted(idx, self._word.size))
-        return idx, np.concatenate((_unit(vals[:k]), _unit(vals[k:])))
+        # Each vectorizer normalises its own block (the pipeline's FeatureUnion).
+        _normalise(vals[:k])
+        _normalise(vals[k:])
+        return idx, vals
 
     def _scores(self, text: str) -> np.ndarray:
         return self.scores_of(self.features(text))
@@ -213,8 +198,7 @@ class Classifier:
         e = np.exp(s - s.max())
         p = e / e.sum()
         probs = dict.fromkeys(CATEGORIES, 0.0)
-        for label, value in zip(self._labels, p, strict=True):
-            probs[label] = float(value)
+        probs.update(zip(self._labels, p.tolist(), strict=True))
         return probs
 
     def top(self, text: str) -> str:

@@ -13,6 +13,7 @@ is plain arithmetic (microseconds).
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,15 @@ class Curve:
     target: str = "gross"  # joules incl. the request's share of idle power
     fit: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if len(self.coef) != len(FEATURES):
+            raise ValueError(f"curve {self.backend}: {len(self.coef)} coefficients, "
+                             f"{len(FEATURES)} features")
+
     def joules(self, prompt: float, completion: float, concurrency: float = 1.0) -> float:
-        x = features(prompt, completion, concurrency)
-        return max(0.0, sum(a * b for a, b in zip(self.coef, x, strict=True)))
+        total: float = sum(map(operator.mul, self.coef, features(prompt, completion,
+                                                                  concurrency)))
+        return max(0.0, total)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -50,6 +50,8 @@ class Router:
         self.targets = targets
         # The cheapest tier and the largest: complexity compares their direct answers.
         self.tiers = (min({a.tier for a in policy.actions}, key=policy.rank), baseline_tier)
+        self._keys = [a.key for a in policy.actions]
+        self._direct = tuple(f"{t}:direct" for t in self.tiers)
 
     def assess(self, q: Query) -> Assessment:
         """Everything the policy needs: category, per-query quality, and every
@@ -60,8 +62,8 @@ class Router:
         cx = None
         if self.model is not None:
             theta = self.model.theta(feats, q.text)
-            quality = self.model.qualities(theta, probs, [a.key for a in self.policy.actions])
-            small, large = (quality.get(f"{t}:direct") for t in self.tiers)
+            quality = self.model.qualities(theta, probs, self._keys)
+            small, large = (quality.get(k) for k in self._direct)
             if small is not None and large is not None:
                 cx = complexity(small, large)
         cands = self.policy.candidates(probs, q.prompt_tokens, q.max_tokens, q.concurrency,

@@ -82,6 +82,12 @@ class Policy:
         self.caps = caps
         self._rank = {t: i for i, t in enumerate(tiers)}
         self.pricing = Pricing(sites or {}, {a.backend: self._rank[a.tier] for a in actions})
+        # What pricing an action needs that no request changes: its key, its token
+        # cap, the prompt tokens its strategy adds, its backend's curve.
+        self._plans = [(a, a.key, caps.cot_max_tokens if a.strategy == "cot"
+                        else caps.direct_max_tokens,
+                        COT_PROMPT_TOKENS if a.strategy == "cot" and not a.reasoning else 0,
+                        curves.get(a.backend)) for a in actions]
 
     def candidates(self, probs: Mapping[str, float], prompt_tokens: int,
                    max_tokens: int | None, concurrency: Mapping[str, int],
@@ -89,17 +95,14 @@ class Policy:
         """Every action, priced. `quality`: this request's expected quality per
         action (the complexity model); without it, the category table's."""
         out = []
-        for a in self.actions:
-            expected = self.lengths.expected(probs, a.key)
-            cap = self.caps.cot_max_tokens if a.strategy == "cot" else self.caps.direct_max_tokens
+        for a, key, cap, extra, curve in self._plans:
+            expected = self.lengths.expected(probs, key)
             limit = min(max_tokens, cap) if max_tokens else cap
             tokens = int(min(expected, limit))
-            curve = self.curves.get(a.backend)
-            extra = COT_PROMPT_TOKENS if a.strategy == "cot" and not a.reasoning else 0
             price = self.pricing.price(curve, a.backend, prompt_tokens + extra, tokens,
                                        concurrency) if curve else None
-            q = quality[a.key] if quality is not None and a.key in quality \
-                else self.quality.expected(probs, a.key)
+            q = quality[key] if quality is not None and key in quality \
+                else self.quality.expected(probs, key)
             out.append(Candidate(a, q, price.joules if price else None, tokens,
                                  price.note if price else "no curve"))
         return out

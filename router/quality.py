@@ -41,9 +41,13 @@ class ExpectedLengths:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def expected(self, probs: Mapping[str, float], act: str) -> float:
-        strategy = act.split(":", 1)[1]
-        fallback = DEFAULT_LENGTHS.get(strategy, 300.0)
-        return sum(p * self.values.get(c, {}).get(act, fallback) for c, p in probs.items())
+        fallback = DEFAULT_LENGTHS.get(act.partition(":")[2], 300.0)
+        values = self.values
+        total = 0.0
+        for c, p in probs.items():
+            row = values.get(c)
+            total += p * (fallback if row is None else row.get(act, fallback))
+        return total
 
     def observe(self, category: str, act: str, completion_tokens: int) -> None:
         row = self.values.setdefault(category, {})
