@@ -106,65 +106,150 @@ class LocalMeter:
             self._waiters.pop(window, None)
 
 
+AGENT_TIMEOUT_S = 10.0  # one batch exchange with an agent
+SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counter step)
+
+
+class AgentCalls:
+    """Window calls to one agent, sent in batches: the calls made while a batch
+    is on its way wait and go together in the next one. One request at a time
+    costs one exchange, as before; under load, one exchange carries many."""
+
+    def __init__(self, upstream: Upstream, base: str) -> None:
+        self._upstream = upstream
+        self._url = base.rstrip("/") + "/v1/windows/batch"
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        self.exchanges = 0  # batches sent (tests, benchmarks)
+
+    async def call(self, call: dict[str, Any]) -> Any:
+        """The call's answer body, or None when it failed (logged)."""
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((call, waiter))
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_all())
+        return await waiter
+
+    async def _send_all(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                answers = await self._exchange([c for c, _ in batch])
+                for (call, waiter), answer in zip(batch, answers, strict=True):
+                    if not waiter.done():
+                        waiter.set_result(answer)
+                    elif call["call"] == "open" and answer:  # its request was cancelled:
+                        # close the window it will never close
+                        self._queue.append(({"call": "close", "device": call["device"],
+                                             "window": answer["window"], "points": []},
+                                            asyncio.get_running_loop().create_future()))
+        finally:
+            self._sender = None
+
+    async def _exchange(self, calls: list[dict[str, Any]]) -> list[Any]:
+        """One batch; each call's body when it succeeded, else None."""
+        none: list[Any] = [None] * len(calls)
+        self.exchanges += 1
+        try:
+            async with asyncio.timeout(AGENT_TIMEOUT_S):
+                raw, status = await self._post(json.dumps({"calls": calls}).encode())
+        except (UpstreamError, TimeoutError) as exc:
+            log.warning("agent %s: %s", self._url, exc or "no answer in time")
+            return none
+        if status != 200:
+            log.warning("agent %s answered %d", self._url, status)
+            return none
+        try:
+            results = json.loads(raw)["results"]
+            assert isinstance(results, list) and len(results) == len(calls)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            log.warning("agent %s: not a batch answer", self._url)
+            return none
+        return [r.get("body") if isinstance(r, dict) and r.get("status") == 200 else None
+                for r in results]
+
+    async def _post(self, payload: bytes) -> tuple[bytes, int]:
+        try:
+            r = await self._upstream.post(self._url, payload)
+        except UpstreamError as exc:
+            if exc.kind != "reset":
+                raise
+            # A kept-alive connection the agent had closed: nothing was answered.
+            r = await self._upstream.post(self._url, payload, fresh=True)
+        try:
+            return await r.read(), r.status
+        finally:
+            await r.aclose()
+
+
 class RemoteMeter:
     """Ledgers in `joulegate agent`s next to the GPUs, over HTTP: each device's
-    calls go to the agent on its machine (`agents`: device name -> base URL)."""
+    calls go to the agent on its machine (`agents`: device name -> base URL),
+    in batches (AgentCalls). Final figures are not waited for one by one: the
+    windows waiting for one are asked about together every `poll_s`."""
 
     def __init__(self, upstream: Upstream, agents: dict[str, str],
-                 settle_timeout_s: float = 3.0) -> None:
-        self._upstream = upstream
-        self._bases = {device: url.rstrip("/") for device, url in agents.items()}
+                 settle_timeout_s: float = 3.0, poll_s: float = SETTLE_POLL_S) -> None:
+        by_base: dict[str, AgentCalls] = {}
+        self._agents = {device: by_base.setdefault(url.rstrip("/"), AgentCalls(upstream, url))
+                        for device, url in agents.items()}
         self._timeout_s = settle_timeout_s
+        self._poll_s = poll_s
+        # window -> (its waiter, when to stop waiting for a final figure)
+        self._settling: dict[str, tuple[asyncio.Future[EnergyFigure | None], float]] = {}
+        self._poller: asyncio.Task[None] | None = None
 
-    async def _call(self, path: str, body: dict[str, Any]) -> Any:
-        base = self._bases.get(body["device"])
-        if base is None:
-            return None
-        try:
-            r = await self._upstream.post(base + path, body)
-            try:
-                raw = await r.read()
-            finally:
-                await r.aclose()
-        except UpstreamError as exc:
-            log.warning("agent %s: %s", path, exc)
-            return None
-        if r.status != 200:
-            log.warning("agent %s answered %d", path, r.status)
-            return None
-        return json.loads(raw)
+    async def _call(self, call: str, device: str, **body: Any) -> Any:
+        agent = self._agents.get(device)
+        return None if agent is None else await agent.call(
+            {"call": call, "device": device, **body})
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:
         # Progress stays here: the agent learns a request's tokens when it closes.
-        body: dict[str, Any] = {"device": device}
-        if rates.coef is not None:
-            body["curve"] = list(rates.coef)
-        data = await self._call("/v1/windows/open", body)
+        extra: dict[str, Any] = {} if rates.coef is None else {"curve": list(rates.coef)}
+        data = await self._call("open", device, **extra)
         return None if not data else f"{device}/{data['window']}"
 
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
         if window is None:
             return None
         device, wid = _split(window)
-        data = await self._call(
-            "/v1/windows/close", {"device": device, "window": wid, "points": points})
-        return _figure(data)
+        return _figure(await self._call("close", device, window=wid, points=points))
 
     async def abandon(self, window: str | None) -> None:
         await self.close(window, [])
 
     async def result(self, window: str) -> EnergyFigure | None:
         device, wid = _split(window)
-        return _figure(await self._call(
-            "/v1/windows/result", {"device": device, "window": wid}))
+        return _figure(await self._call("result", device, window=wid))
 
     async def settle(self, window: str) -> EnergyFigure | None:
-        """One call the agent holds until the figure is final (or the timeout)."""
-        device, wid = _split(window)
-        return _figure(await self._call(
-            "/v1/windows/result", {"device": device, "window": wid,
-                                   "wait_s": self._timeout_s}))
+        """The final figure, or the last provisional one after the timeout."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[EnergyFigure | None] = loop.create_future()
+        self._settling[window] = (waiter, loop.time() + self._timeout_s)
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll())
+        try:
+            return await waiter
+        finally:
+            self._settling.pop(window, None)
+
+    async def _poll(self) -> None:
+        """Every poll_s while windows wait: one result call each, batched."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._settling:
+                await asyncio.sleep(self._poll_s)
+                waiting = list(self._settling.items())
+                figures = await asyncio.gather(*(self.result(w) for w, _ in waiting))
+                now = loop.time()
+                for (_, (waiter, until)), figure in zip(waiting, figures, strict=True):
+                    if not waiter.done() and (figure is None or figure.final or now >= until):
+                        waiter.set_result(figure)
+        finally:
+            self._poller = None
 
 
 def _figure(data: Any) -> EnergyFigure | None:

@@ -8,17 +8,21 @@ per host, and gateways open and close their windows over HTTP:
     POST /v1/windows/close   {"device", "window", "points"}  -> EnergyFigure
     POST /v1/windows/result  {"device", "window", "wait_s"?} -> EnergyFigure (held until
                                                                 final, up to wait_s)
+    POST /v1/windows/batch   {"calls": [{"call": "open" | "close" | "result", ...}]}
+                             -> {"results": [{"status", "body"}]}, in order (no waiting)
     GET  /metrics            device energy, power, idle (Prometheus)
     GET  /healthz
 
-Every request a gateway forwards makes three of these calls, so they must
-cost little: one asyncio loop on its own thread serves them over keep-alive
-HTTP/1.1 (the standard library's threaded `http.server` cost ~1 ms of CPU a
-call, more than the gateway itself, with a thread per connection). A call
-waiting for a final figure waits on a future its window's settling resolves
-(the ledger's `on_final`, on the sampler thread): no polling. Standard
-library only: telemetry imports nothing but the stdlib, pynvml and
-prometheus_client.
+Every request a gateway forwards opens and closes a window and asks for its
+final figure, so these must cost little. A gateway sends them in batches
+(app/meter.py: the calls its requests make while a batch is on its way go in
+the next one, and final figures are asked for together every 100 ms), and
+one asyncio loop on its own thread serves them over keep-alive HTTP/1.1 (the
+standard library's threaded `http.server` cost ~1 ms of CPU a call, with a
+thread per connection). A single `result` call with `wait_s` waits on a
+future its window's settling resolves (the ledger's `on_final`, on the
+sampler thread). Standard library only: telemetry imports nothing but the
+stdlib, pynvml and prometheus_client.
 """
 
 from __future__ import annotations
@@ -42,22 +46,24 @@ log = logging.getLogger("joulegate.agent")
 
 MAX_WAIT_S = 10.0
 MAX_HEAD_BYTES = 16 * 1024
-MAX_BODY_BYTES = 4 * 1024 * 1024  # a long answer's token points
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a batch of long answers' token points
 JSON = "application/json"
 Reply = tuple[int, bytes, str]
+Answer = tuple[int, Any]  # status, JSON body
+WINDOW_CALLS = ("open", "close", "result")
 
 
 def _json(status: int, obj: Any) -> Reply:
     return status, json.dumps(obj).encode(), JSON
 
 
-def _error(status: int, message: str) -> Reply:
-    return _json(status, {"error": {"message": message, "type": "invalid_request_error",
-                                    "param": None, "code": None}})
+def _error(status: int, message: str) -> Answer:
+    return status, {"error": {"message": message, "type": "invalid_request_error",
+                              "param": None, "code": None}}
 
 
-def _figure(figure: EnergyFigure | None, wid: str) -> Reply:
-    return _error(404, f"no window {wid}") if figure is None else _json(200, asdict(figure))
+def _figure(figure: EnergyFigure | None, wid: str) -> Answer:
+    return _error(404, f"no window {wid}") if figure is None else (200, asdict(figure))
 
 
 class AgentServer:
@@ -111,27 +117,50 @@ class AgentServer:
                 return 200, self.metrics.render(), CONTENT_TYPE
             if path == "/healthz":
                 return _json(200, {"status": "ok", "devices": sorted(self.devices)})
-            return _error(404, f"no route {path}")
+            return _json(*_error(404, f"no route {path}"))
         if method != "POST":
-            return _error(405, f"{method} is not served")
+            return _json(*_error(405, f"{method} is not served"))
         try:
             body = json.loads(raw or b"{}")
+        except ValueError:
+            return _json(*_error(400, "body must be JSON"))
+        if path == "/v1/windows/batch":
+            return _json(*await self._batch(body))
+        call = path.removeprefix("/v1/windows/")
+        if call not in WINDOW_CALLS or call == path:
+            return _json(*_error(404, f"no route {path}"))
+        return _json(*await self.window_call(call, body, wait=True))
+
+    async def window_call(self, call: str, body: Any, wait: bool) -> Answer:
+        """One open, close or result call; `wait`: a result may be held (wait_s)."""
+        try:
             name = body["device"]
             ledger = self.devices[name].ledger
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             return _error(400, "body must be JSON with a known 'device'")
-        if path == "/v1/windows/open":
+        if call == "open":
             return _open(ledger, body)
         wid = str(body.get("window", ""))
-        if path == "/v1/windows/close":
+        if call == "close":
             try:
                 points = [(float(t), int(p), int(d)) for t, p, d in body.get("points", [])]
             except (TypeError, ValueError):
                 return _error(400, "points must be [offset_s, prompt_tokens, decode_tokens]")
             return _figure(ledger.close(wid, points), wid)
-        if path == "/v1/windows/result":
-            return _figure(await self.result(name, wid, body.get("wait_s")), wid)
-        return _error(404, f"no route {path}")
+        return _figure(await self.result(name, wid, body.get("wait_s") if wait else None), wid)
+
+    async def _batch(self, body: Any) -> Answer:
+        """Several window calls in one exchange, answered in order; none waits."""
+        calls = body.get("calls") if isinstance(body, dict) else None
+        if not isinstance(calls, list):
+            return _error(400, "body must be {\"calls\": [...]}")
+        results = []
+        for c in calls:
+            call = c.get("call") if isinstance(c, dict) else None
+            status, out = await self.window_call(call, c, wait=False) \
+                if call in WINDOW_CALLS else _error(400, f"call must be one of {WINDOW_CALLS}")
+            results.append({"status": status, "body": out})
+        return 200, {"results": results}
 
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
@@ -143,12 +172,13 @@ class AgentServer:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return  # the client closed
                 except asyncio.LimitOverrunError:
-                    await _send(writer, _error(431, "request head too large"), close=True)
+                    await _send(writer, _json(*_error(431, "request head too large")),
+                                close=True)
                     return
                 request = _parse_head(head)
                 if request is None:
-                    await _send(writer, _error(400, "not an HTTP/1.1 request with a "
-                                                    "Content-Length"), close=True)
+                    await _send(writer, _json(*_error(400, "not an HTTP/1.1 request with a "
+                                                           "Content-Length")), close=True)
                     return
                 method, path, length, close = request
                 raw = await reader.readexactly(length) if length else b""
@@ -156,7 +186,7 @@ class AgentServer:
                     reply = await self.answer(method, path, raw)
                 except Exception:
                     log.exception("%s %s", method, path)
-                    reply = _error(500, "agent error")
+                    reply = _json(*_error(500, "agent error"))
                 await _send(writer, reply, close)
                 if close:
                     return
@@ -204,12 +234,12 @@ class AgentServer:
             self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def _open(ledger: Ledger, body: dict[str, Any]) -> Reply:
+def _open(ledger: Ledger, body: dict[str, Any]) -> Answer:
     try:
         rates = TokenRates.from_curve(body["curve"]) if "curve" in body else TOKEN_COUNTS
     except (TypeError, ValueError) as exc:
         return _error(400, f"curve: 7 coefficients expected ({exc})")
-    return _json(200, {"window": ledger.open(rates=rates)})
+    return 200, {"window": ledger.open(rates=rates)}
 
 
 def _parse_head(head: bytes) -> tuple[str, str, int, bool] | None:

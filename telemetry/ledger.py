@@ -277,6 +277,10 @@ class Ledger:
             )
 
     @property
+    def open_windows(self) -> int:
+        return self._open_count
+
+    @property
     def idle_power_w(self) -> float | None:
         return self._idle_w
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from app.http1 import Http1Transport
+from app.meter import RemoteMeter
+from app.upstream import Upstream
 from telemetry.agent import AgentServer
 from tests.integration.conftest import (
     Workers,
@@ -114,3 +118,53 @@ def test_agent_speaks_keepalive_http_and_refuses_what_it_does_not(
         assert s.recv(65536).startswith(b"HTTP/1.1 431 ")
     assert httpx.delete(url + "/healthz").status_code == 405
     assert httpx.get(url + "/healthz").json()["devices"] == ["cpu"]
+
+
+def test_batch_answers_each_call_in_order(agent: tuple[str, AgentServer]) -> None:
+    url, _ = agent
+    opened = httpx.post(url + "/v1/windows/batch", json={"calls": [
+        {"call": "open", "device": "cpu"}, {"call": "open", "device": "nope"},
+        {"call": "shut", "device": "cpu"}, "x"]}).json()["results"]
+    assert [r["status"] for r in opened] == [200, 400, 400, 400]
+    wid = opened[0]["body"]["window"]
+    closed = httpx.post(url + "/v1/windows/batch", json={"calls": [
+        {"call": "close", "device": "cpu", "window": wid, "points": [[0.01, 5, 1]]},
+        {"call": "result", "device": "cpu", "window": wid, "wait_s": 5},
+        {"call": "close", "device": "cpu", "window": "w0", "points": []}]}).json()["results"]
+    assert [r["status"] for r in closed] == [200, 200, 404]
+    assert closed[1]["body"]["final"] is False  # a batch never waits
+    assert httpx.post(url + "/v1/windows/batch", json={"calls": 3}).status_code == 400
+
+
+def test_window_calls_travel_in_batches(agent: tuple[str, AgentServer]) -> None:
+    """50 requests at once: their opens go in one exchange, their closes in
+    another, and their final figures are asked for together; a request
+    cancelled while its window was being opened gets that window closed."""
+    url, server = agent
+    ledger = server.devices["cpu"].ledger
+
+    async def run() -> int:
+        upstream = Upstream(Http1Transport(5.0, 4.0, 64))
+        meter = RemoteMeter(upstream, {"cpu": url})
+        try:
+            windows = await asyncio.gather(*(meter.open("cpu") for _ in range(50)))
+            assert len({w for w in windows if w}) == 50
+            provisional = await asyncio.gather(*(
+                meter.close(w, [(0.0, 20, 0), (0.01, 20, 4)]) for w in windows))
+            assert all(f is not None and not f.final for f in provisional)
+            finals = await asyncio.gather(*(meter.settle(w) for w in windows if w))
+            assert all(f is not None and f.final for f in finals)
+            exchanges = meter._agents["cpu"].exchanges
+            left = asyncio.create_task(meter.open("cpu"))
+            await asyncio.sleep(0)  # queued
+            left.cancel()
+            await asyncio.sleep(0.3)
+            return exchanges
+        finally:
+            await upstream.aclose()
+
+    before = ledger.open_windows
+    exchanges = asyncio.run(run())
+    assert exchanges <= 2 + 3.0 / 0.1  # opens, closes, and one poll per 100 ms at most
+    assert exchanges < 20
+    assert ledger.open_windows == before
