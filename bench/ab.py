@@ -3,7 +3,7 @@ commit, taking turns, so that a machine whose speed drifts (this VM varies by
 1.5x between runs) affects both alike.
 
     python -m bench.ab --base ca6d843 [--rounds 3 --seconds 8 --connections 1]
-                       [--model small|auto]
+                       [--model small|auto] [--workers N]
         # -> bench/results/ab-overhead.json (--out to write elsewhere)
 
 Each round starts the base's gateway, then this checkout's, in front of the
@@ -31,16 +31,31 @@ MESSAGES = [{"role": "user", "content": "What is the capital?"}]
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (and its reaped children)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process and its descendants (the gateway
+    processes and the agent of `serve --workers N`), reaped ones included."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        child = int(stat.parent.name)
+        parents[child] = int(fields[1])
+        ticks[child] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    tree = {pid}
+    grew = True
+    while grew:
+        more = {c for c, p in parents.items() if p in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
 
 
 def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: int,
-             model: str) -> dict[str, Any]:
+             model: str, workers: int) -> dict[str, Any]:
     port = free_port()
-    proc = joulegate(port, upstream, work, root)
+    proc = joulegate(port, upstream, work, root, workers)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -66,6 +81,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=1)
     parser.add_argument("--model", default="small", help="small (a forced tier) or auto")
+    parser.add_argument("--workers", type=int, default=1, help="gateway processes (serve "
+                        "--workers N; CPU per request then counts them all and the agent)")
     parser.add_argument("--out", type=Path,
                         default=ROOT / "bench" / "results" / "ab-overhead.json")
     args = parser.parse_args()
@@ -79,7 +96,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, root in (("base", base), ("this", ROOT)):
                 runs[name].append(_measure(root, upstream, work, args.seconds,
-                                           args.connections, args.model))
+                                           args.connections, args.model, args.workers))
                 print(name, runs[name][-1], flush=True)
     finally:
         stop_nginx(work)
@@ -92,7 +109,8 @@ def main() -> None:
                for name, rs in runs.items()}
     result = {"commit": project_commit(), "base": args.base, "rounds": args.rounds,
               "seconds": args.seconds,
-              "case": f"model {args.model}, non-streamed, wrk -t1 -c{args.connections}",
+              "case": f"model {args.model}, non-streamed, wrk -t1 -c{args.connections}, "
+                      f"{args.workers} gateway process(es)",
               "runs": runs, "summary": summary,
               "added_ms_per_request": round(1000 / summary["this"]["req_per_s_median"]
                                             - 1000 / summary["base"]["req_per_s_median"], 3)}
