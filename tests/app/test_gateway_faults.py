@@ -222,7 +222,7 @@ def test_overload_is_a_fast_429_and_health_stays_up(fakes: FakeWorkers) -> None:
     ok = [r for r in results if r[0] == 200]
     refused = [r for r in results if r[0] == 429]
     assert len(ok) == 2 and len(refused) == 3, results
-    assert all(s < 0.5 and ra == "1" for _, s, ra in refused)
+    assert all(s < 0.5 and ra == "1" for _, s, ra in refused), results
 
 
 def test_hung_worker_first_byte_timeout(fakes: FakeWorkers) -> None:
