@@ -5,7 +5,8 @@ the energy window, the token timeline and the upstream response. `begin`
 takes them (retrying a dropped keep-alive connection once on a new
 connection, and moving on to the backend's next replica when one cannot be
 reached); `end` is the single exit that releases them all, tells the
-replica's breaker how it went, records the metrics and schedules settling.
+replica's breaker how it went, records the metrics, and leaves the meter what
+to do with the final energy figure (record it, write the usage row).
 `end` runs once, however the request ends (`async with` guarantees it; it is
 shielded from a client disconnect's cancellation).
 """
@@ -18,6 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -80,7 +82,6 @@ class Parts:
     on_usage: Callable[[UsageRow], None] = lambda row: None  # a finished request's row
     # energy id -> the API key that made the request (recent ones; GET /v1/energy)
     owners: dict[str, str] = field(default_factory=dict)
-    settling: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 class Exchange:
@@ -93,7 +94,6 @@ class Exchange:
         self.window: str | None = None
         self.timeline = TokenTimeline()
         self.status = "ok"
-        self._row: UsageRow | None = None  # written when the energy figure is final
         self.usage_event: dict[str, Any] | None = None
         self.decode = 0
         self.figure: EnergyFigure | None = None
@@ -281,10 +281,6 @@ class Exchange:
         p.metrics.tokens(d.tier, d.backend, prompt, completion)
         total_s = time.perf_counter() - fw.received_at
         p.metrics.observe_overhead(max(0.0, total_s - upstream_s))
-        if self.window is not None:
-            task = asyncio.create_task(_settle(p, d, self.window, lambda: self._row))
-            p.settling.add(task)
-            task.add_done_callback(p.settling.discard)
         if not isinstance(usage, dict):  # ended before the worker's usage chunk
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
@@ -292,29 +288,29 @@ class Exchange:
         if fw.key is not None and self.count:  # all prompt tokens, cached or not
             total = usage.get("total_tokens")
             p.on_tokens(fw.key.id, total if isinstance(total, int) else prompt + completion)
+        row = None
         if self.count:
             row = UsageRow(time.time(), fw.key.id if fw.key else None,
                            fw.key.name if fw.key else None, fw.route, d.tier, d.backend,
                            d.strategy, d.category, self.status, prompt, completion, None,
                            None, "unavailable", total_s)
-            if self.window is None:
+        if self.window is None:
+            if row is not None:
                 p.on_usage(row)
-            else:
-                self._row = row
+        else:  # the final figure comes with the next counter step or so
+            p.meter.when_final(self.window, partial(_settled, p, d, row))
         return self.figure
 
 
-async def _settle(p: Parts, d: Decision, window: str,
-                  row: Callable[[], UsageRow | None]) -> None:
-    """Wait for the final figure (the next counter step), record it, and write
-    the request's usage row with it."""
-    figure = await p.meter.settle(window)
+def _settled(p: Parts, d: Decision, row: UsageRow | None, figure: EnergyFigure | None
+             ) -> None:
+    """A request's final energy figure: record it, and write the request's
+    usage row with it."""
     if figure is not None:
         p.metrics.request_energy(d.tier, d.backend, figure)
-    done = row()
-    if done is not None:
-        p.on_usage(done if figure is None else replace(
-            done, energy_net_j=figure.net_j, energy_gross_j=figure.gross_j,
+    if row is not None:
+        p.on_usage(row if figure is None else replace(
+            row, energy_net_j=figure.net_j, energy_gross_j=figure.gross_j,
             source=figure.source))
 
 

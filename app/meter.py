@@ -2,6 +2,11 @@
 
 Both implement `Meter`; the proxy does not know which one it has. A metering
 failure never fails a request: it yields no figure, and the response says so.
+
+A request's final figure comes a counter step or so after it ended. Nothing
+waits for it per request: `when_final` leaves a callback, which the meter
+calls once the figure is final (or with the provisional figure after a
+timeout, when the counter stopped, say).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ log = logging.getLogger("joulegate.meter")
 
 
 Progress = Callable[[int], list[Point]]
+Done = Callable[[EnergyFigure | None], None]  # given the final figure (or the last one)
+SWEEP_S = 0.25  # how often windows past their timeout are looked for
 
 
 class Meter(Protocol):
@@ -28,8 +35,21 @@ class Meter(Protocol):
                    rates: TokenRates = TOKEN_COUNTS) -> str | None: ...
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None: ...
     async def abandon(self, window: str | None) -> None: ...
-    async def settle(self, window: str) -> EnergyFigure | None: ...
+    def when_final(self, window: str, done: Done) -> None: ...
     async def result(self, window: str) -> EnergyFigure | None: ...
+    async def drain(self, timeout_s: float) -> None: ...
+
+
+async def final_figure(meter: Meter, window: str) -> EnergyFigure | None:
+    """Wait for a window's final figure (or its last one, after the meter's timeout)."""
+    waiter: asyncio.Future[EnergyFigure | None] = asyncio.get_running_loop().create_future()
+
+    def done(figure: EnergyFigure | None) -> None:
+        if not waiter.done():
+            waiter.set_result(figure)
+
+    meter.when_final(window, done)
+    return await waiter
 
 
 def _split(window: str) -> tuple[str, str]:
@@ -37,33 +57,75 @@ def _split(window: str) -> tuple[str, str]:
     return device, wid
 
 
+class Waiting:
+    """Windows whose final figure is awaited: the callback of each, and the
+    loop time at which to stop waiting and give it the figure it has."""
+
+    def __init__(self) -> None:
+        self._by_window: dict[str, tuple[Done, float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_window)
+
+    def __contains__(self, window: str) -> bool:
+        return window in self._by_window
+
+    def add(self, window: str, done: Done, until: float) -> None:
+        self._by_window[window] = (done, until)
+
+    def give(self, window: str, figure: EnergyFigure | None) -> None:
+        """Call the window's callback with `figure`, once (later calls: nothing)."""
+        entry = self._by_window.pop(window, None)
+        if entry is not None:
+            try:
+                entry[0](figure)
+            except Exception:  # one request's bookkeeping must not stop the others'
+                log.exception("recording the final figure of %s", window)
+
+    def windows(self) -> list[str]:
+        return list(self._by_window)
+
+    def due(self, now: float) -> list[str]:
+        return [w for w, (_, until) in self._by_window.items() if now >= until]
+
+    async def empty(self, timeout_s: float) -> None:
+        """Until none is left, or `timeout_s` (shutting down)."""
+        loop = asyncio.get_running_loop()
+        limit = loop.time() + timeout_s
+        while self._by_window and loop.time() < limit:
+            await asyncio.sleep(0.05)
+
+
 class LocalMeter:
     """Ledgers in this process, fed by this process's samplers.
 
     Running requests report their token progress to the ledger as it happens,
-    and a ledger says when a figure becomes final (on its sampler thread), so
-    waiting for a final figure costs no polling.
+    and a ledger says which figures a counter step made final (on its sampler
+    thread): one hop to the event loop per step delivers them all.
     """
 
     def __init__(self, ledgers: dict[str, Ledger], settle_timeout_s: float = 4.0) -> None:
         self._ledgers = ledgers
         self._timeout_s = settle_timeout_s
-        self._waiters: dict[str, asyncio.Future[EnergyFigure]] = {}
+        self._waiting = Waiting()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
         for device, ledger in ledgers.items():
             ledger.on_final = self._final_callback(device)
 
-    def _final_callback(self, device: str) -> Callable[[str, EnergyFigure], None]:
-        def on_final(wid: str, figure: EnergyFigure) -> None:  # on a sampler thread
-            window = f"{device}/{wid}"
-            if window in self._waiters and self._loop is not None:
-                self._loop.call_soon_threadsafe(self._resolve, window, figure)
+    def _final_callback(self, device: str
+                        ) -> Callable[[list[tuple[str, EnergyFigure]]], None]:
+        def on_final(finals: list[tuple[str, EnergyFigure]]) -> None:  # on a sampler thread
+            # A window added after this check finds its figure final itself.
+            mine = [(w, f) for w, f in ((f"{device}/{wid}", f) for wid, f in finals)
+                    if w in self._waiting]
+            if mine and self._loop is not None:
+                self._loop.call_soon_threadsafe(self._give, mine)
         return on_final
 
-    def _resolve(self, window: str, figure: EnergyFigure) -> None:
-        waiter = self._waiters.get(window)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(figure)
+    def _give(self, finals: list[tuple[str, EnergyFigure]]) -> None:
+        for window, figure in finals:
+            self._waiting.give(window, figure)
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:
@@ -81,29 +143,34 @@ class LocalMeter:
             device, wid = _split(window)
             self._ledgers[device].abandon(wid)
 
-    async def result(self, window: str) -> EnergyFigure | None:
+    def _result(self, window: str) -> EnergyFigure | None:
         device, wid = _split(window)
         ledger = self._ledgers.get(device)
         return None if ledger is None else ledger.result(wid)
 
-    async def settle(self, window: str) -> EnergyFigure | None:
-        """The final figure once the ledger has it, or the provisional one after
-        the timeout (the counter stopped, say)."""
-        self._loop = asyncio.get_running_loop()
-        waiter = self._loop.create_future()
-        self._waiters[window] = waiter
-        try:
-            figure = await self.result(window)
-            if figure is None or figure.final:
-                return figure
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    final: EnergyFigure = await waiter
-                    return final
-            except TimeoutError:
-                return await self.result(window)
-        finally:
-            self._waiters.pop(window, None)
+    async def result(self, window: str) -> EnergyFigure | None:
+        return self._result(window)
+
+    def when_final(self, window: str, done: Done) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self._waiting.add(window, done, loop.time() + self._timeout_s)
+        figure = self._result(window)  # after adding: a step may have finalized it since
+        if figure is None or figure.final:
+            loop.call_soon(self._waiting.give, window, figure)
+        elif self._sweeper is None:
+            self._sweeper = loop.call_later(SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        """Give windows past their timeout the figure they have (provisional)."""
+        assert self._loop is not None
+        for window in self._waiting.due(self._loop.time()):
+            self._waiting.give(window, self._result(window))
+        self._sweeper = self._loop.call_later(SWEEP_S, self._sweep) if self._waiting else None
+
+    async def drain(self, timeout_s: float) -> None:
+        await self._waiting.empty(timeout_s)
+        for window in self._waiting.windows():
+            self._waiting.give(window, self._result(window))
 
 
 AGENT_TIMEOUT_S = 10.0  # one batch exchange with an agent
@@ -185,8 +252,8 @@ class AgentCalls:
 class RemoteMeter:
     """Ledgers in `joulegate agent`s next to the GPUs, over HTTP: each device's
     calls go to the agent on its machine (`agents`: device name -> base URL),
-    in batches (AgentCalls). Final figures are not waited for one by one: the
-    windows waiting for one are asked about together every `poll_s`."""
+    in batches (AgentCalls). The windows waiting for a final figure are asked
+    about together every `poll_s`."""
 
     def __init__(self, upstream: Upstream, agents: dict[str, str],
                  settle_timeout_s: float = 3.0, poll_s: float = SETTLE_POLL_S) -> None:
@@ -195,8 +262,7 @@ class RemoteMeter:
                         for device, url in agents.items()}
         self._timeout_s = settle_timeout_s
         self._poll_s = poll_s
-        # window -> (its waiter, when to stop waiting for a final figure)
-        self._settling: dict[str, tuple[asyncio.Future[EnergyFigure | None], float]] = {}
+        self._waiting = Waiting()
         self._poller: asyncio.Task[None] | None = None
 
     async def _call(self, call: str, device: str, **body: Any) -> Any:
@@ -224,32 +290,29 @@ class RemoteMeter:
         device, wid = _split(window)
         return _figure(await self._call("result", device, window=wid))
 
-    async def settle(self, window: str) -> EnergyFigure | None:
-        """The final figure, or the last provisional one after the timeout."""
+    def when_final(self, window: str, done: Done) -> None:
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[EnergyFigure | None] = loop.create_future()
-        self._settling[window] = (waiter, loop.time() + self._timeout_s)
+        self._waiting.add(window, done, loop.time() + self._timeout_s)
         if self._poller is None:
             self._poller = asyncio.create_task(self._poll())
-        try:
-            return await waiter
-        finally:
-            self._settling.pop(window, None)
 
     async def _poll(self) -> None:
         """Every poll_s while windows wait: one result call each, batched."""
         loop = asyncio.get_running_loop()
         try:
-            while self._settling:
+            while self._waiting:
                 await asyncio.sleep(self._poll_s)
-                waiting = list(self._settling.items())
-                figures = await asyncio.gather(*(self.result(w) for w, _ in waiting))
-                now = loop.time()
-                for (_, (waiter, until)), figure in zip(waiting, figures, strict=True):
-                    if not waiter.done() and (figure is None or figure.final or now >= until):
-                        waiter.set_result(figure)
+                windows = self._waiting.windows()
+                figures = await asyncio.gather(*(self.result(w) for w in windows))
+                due = set(self._waiting.due(loop.time()))
+                for window, figure in zip(windows, figures, strict=True):
+                    if figure is None or figure.final or window in due:
+                        self._waiting.give(window, figure)
         finally:
             self._poller = None
+
+    async def drain(self, timeout_s: float) -> None:
+        await self._waiting.empty(timeout_s)
 
 
 def _figure(data: Any) -> EnergyFigure | None:

@@ -11,7 +11,6 @@ so a departed client, a timeout or the loop guard can stop the worker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -200,10 +199,9 @@ class Proxy:
     async def energy(self, window: str) -> EnergyFigure | None:
         return await self.parts.meter.result(window)
 
-    async def drain(self) -> None:
-        for task in list(self.parts.settling):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """Shutting down: the final figures of requests already answered."""
+        await self.parts.meter.drain(timeout_s)
 
 
 def response_headers(fw: Forward) -> dict[str, str]:

@@ -79,16 +79,19 @@ class AgentServer:
             device.ledger.on_final = self._final_callback(name)
 
     # -- final figures -----------------------------------------------------
-    def _final_callback(self, device: str) -> Callable[[str, EnergyFigure], None]:
-        def on_final(wid: str, figure: EnergyFigure) -> None:  # on a sampler thread
-            if (device, wid) in self._waiting:
-                self.loop.call_soon_threadsafe(self._settled, device, wid)
+    def _final_callback(self, device: str
+                        ) -> Callable[[list[tuple[str, EnergyFigure]]], None]:
+        def on_final(finals: list[tuple[str, EnergyFigure]]) -> None:  # on a sampler thread
+            waited = [wid for wid, _ in finals if (device, wid) in self._waiting]
+            if waited:
+                self.loop.call_soon_threadsafe(self._settled, device, waited)
         return on_final
 
-    def _settled(self, device: str, wid: str) -> None:
-        waiter = self._waiting.get((device, wid))
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def _settled(self, device: str, wids: list[str]) -> None:
+        for wid in wids:
+            waiter = self._waiting.get((device, wid))
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def result(self, device: str, wid: str, wait_s: object) -> EnergyFigure | None:
         """The window's figure; with `wait_s`, held until it is final or that long

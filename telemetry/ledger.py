@@ -163,7 +163,7 @@ class Ledger:
         settle_lag_s: float = 1.0,
         blind_lag_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        on_final: Callable[[str, EnergyFigure], None] | None = None,
+        on_final: Callable[[list[tuple[str, EnergyFigure]]], None] | None = None,
     ) -> None:
         self.source = source
         self._id_key = secrets.token_bytes(32)  # window ids: unguessable, one syscall
@@ -178,7 +178,9 @@ class Ledger:
         self._lag_s = settle_lag_s
         self._blind_lag_s = blind_lag_s
         self.clock = clock
-        self.on_final = on_final  # called on the sampler thread, outside the lock
+        # Called with the (window, figure) pairs a counter step made final, on
+        # the sampler thread, outside the lock.
+        self.on_final = on_final
         self._lock = threading.Lock()
         self._open_count = 0
         # Windows still taking part in attribution, and finished ones kept for
@@ -221,9 +223,8 @@ class Ledger:
             self._last_counter, self._last_change_t = counter_j, t
             self._expire(t)
             finals = self._settle(t)
-        if self.on_final is not None:
-            for wid, figure in finals:
-                self.on_final(wid, figure)
+        if self.on_final is not None and finals:
+            self.on_final(finals)
 
     # -- request side ---------------------------------------------------
     def open(self, progress: Callable[[int], list[Point]] | None = None,

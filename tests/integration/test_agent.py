@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.http1 import Http1Transport
-from app.meter import RemoteMeter
+from app.meter import RemoteMeter, final_figure
 from app.upstream import Upstream
 from telemetry.agent import AgentServer
 from tests.integration.conftest import (
@@ -152,7 +152,7 @@ def test_window_calls_travel_in_batches(agent: tuple[str, AgentServer]) -> None:
             provisional = await asyncio.gather(*(
                 meter.close(w, [(0.0, 20, 0), (0.01, 20, 4)]) for w in windows))
             assert all(f is not None and not f.final for f in provisional)
-            finals = await asyncio.gather(*(meter.settle(w) for w in windows if w))
+            finals = await asyncio.gather(*(final_figure(meter, w) for w in windows if w))
             assert all(f is not None and f.final for f in finals)
             exchanges = meter._agents["cpu"].exchanges
             left = asyncio.create_task(meter.open("cpu"))
