@@ -47,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.workers <= 1:
         uvicorn.run(create_app(settings, catalog), host=host, port=port,
-                    log_level=settings.log_level, access_log=False)
+                    log_level=settings.log_level, access_log=False, server_header=False)
         return 0
     return _serve_processes(args.workers, settings, catalog, host, port)
 
@@ -191,7 +191,7 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
         "PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="joulegate-metrics-"))
     os.environ.update(env)
     uvicorn.run("app.factory:app_from_env", factory=True, workers=workers, host=host,
-                port=port, log_level=settings.log_level, access_log=False)
+                port=port, log_level=settings.log_level, access_log=False, server_header=False)
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from app.catalog import Backend, Catalog
 from app.errors import (
@@ -314,7 +315,25 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise body_too_large(limit)  # refused before reading the body
-    return parse_json(await request.body(), limit)
+    return parse_json(await _read(request, limit), limit)
+
+
+async def _read(request: Request, limit: int) -> bytes:
+    """The body from the server's messages (what Starlette's `body()` does,
+    without its async generator), refused as soon as it is past `limit`."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await request.receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise body_too_large(limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 async def _chat_query(request: Request, gw: Gateway

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -166,6 +167,13 @@ def test_oversized_body_is_413(workers: Workers) -> None:
         r = httpx.post(gw.v1 + "/chat/completions", json=big)
         assert r.status_code == 413
         assert r.json()["error"]["code"] == "body_too_large"
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: refused while it arrives
+            yield json.dumps(big).encode()[:1500]
+            yield json.dumps(big).encode()[1500:]
+        r = httpx.post(gw.v1 + "/chat/completions", content=chunks(),
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
 
 
 def test_refused_replica_is_skipped(workers: Workers) -> None:
