@@ -172,9 +172,10 @@ class Classifier:
 
     def scores_of(self, feats: Features) -> np.ndarray:
         idx, vals = feats
-        scores: np.ndarray = self._intercept.copy()
-        if idx.size:
-            scores = scores + vals @ self._coef[idx]
+        if not idx.size:
+            return self._intercept.copy()
+        scores: np.ndarray = vals @ self._coef[idx]
+        scores += self._intercept
         return scores
 
     @property
@@ -194,11 +195,13 @@ class Classifier:
         return self.probabilities_of(self.features(text))
 
     def probabilities_of(self, feats: Features) -> dict[str, float]:
-        s = self.scores_of(feats)
-        e = np.exp(s - s.max())
-        p = e / e.sum()
+        # The softmax of a handful of scores: plain floats cost less than arrays.
+        scores = self.scores_of(feats).tolist()
+        top = max(scores)
+        e = [math.exp(x - top) for x in scores]
+        total = math.fsum(e)
         probs = dict.fromkeys(CATEGORIES, 0.0)
-        probs.update(zip(self._labels, p.tolist(), strict=True))
+        probs.update(zip(self._labels, (x / total for x in e), strict=True))
         return probs
 
     def top(self, text: str) -> str:

@@ -19,8 +19,15 @@ class Targets:
 
     tolerance_by_target: Mapping[float, float] = field(default_factory=dict)
     default_target: float = 0.95
+    _memo: dict[float, float] = field(default_factory=dict, compare=False, repr=False)
 
     def tolerance(self, target: float) -> float:
+        known = self._memo.get(target)
+        if known is None:
+            known = self._memo[target] = self._tolerance(target)
+        return known
+
+    def _tolerance(self, target: float) -> float:
         points = sorted(self.tolerance_by_target.items())
         if not points or target >= 1.0:
             return 0.0
