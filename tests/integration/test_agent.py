@@ -42,7 +42,7 @@ def test_gateway_meters_through_the_agent(workers: Workers,
         assert usage["energy_source"] == "estimate" and usage["energy_joules"] > 0
         assert usage["energy_standalone_joules"] > 0  # the curve travelled to the agent
         assert final_energy(gw.v1, r.headers["x-joulegate-energy-id"])["final"]
-        time.sleep(0.5)  # the gateway's own settle task records the histogram
+        time.sleep(0.5)  # the gateway records the final figure in the histogram (it polls)
         assert "joulegate_request_energy_joules_count" in httpx.get(gw.url + "/metrics").text
     ledger = server.devices["cpu"].ledger
     t = ledger.totals()
