@@ -43,16 +43,22 @@ def test_final_figures_reach_their_requests() -> None:
     asyncio.run(run())
 
 
+async def _one_waiting(meter: LocalMeter, ledger: Ledger, counter: SteppingCounter,
+                       clock: Clock, got: list[EnergyFigure | None]) -> None:
+    """A request run and closed, its callback left; no counter step since."""
+    w = await meter.open("gpu0")
+    assert w is not None
+    drive(ledger, counter, clock, 1.5)
+    await meter.close(w, [(0.0, 10, 0), (0.4, 10, 20)])
+    meter.when_final(w, got.append)
+
+
 def test_a_stopped_counter_gives_the_provisional_figure_after_the_timeout() -> None:
     meter, ledger, counter, clock = _setup()
     got: list[EnergyFigure | None] = []
 
     async def run() -> None:
-        w = await meter.open("gpu0")
-        assert w is not None
-        drive(ledger, counter, clock, 1.5)
-        await meter.close(w, [(0.0, 10, 0), (0.4, 10, 20)])
-        meter.when_final(w, got.append)
+        await _one_waiting(meter, ledger, counter, clock, got)
         await asyncio.sleep(0.1)
         assert not got
         await asyncio.sleep(0.6)  # the timeout (0.3 s) and a sweep (every 0.25 s)
@@ -67,11 +73,7 @@ def test_drain_gives_every_waiting_request_a_figure() -> None:
     got: list[EnergyFigure | None] = []
 
     async def run() -> None:
-        w = await meter.open("gpu0")
-        assert w is not None
-        drive(ledger, counter, clock, 1.5)
-        await meter.close(w, [(0.0, 10, 0)])
-        meter.when_final(w, got.append)
+        await _one_waiting(meter, ledger, counter, clock, got)
         await meter.drain(0.0)
 
     asyncio.run(run())
