@@ -174,6 +174,7 @@ class LocalMeter:
 
 
 AGENT_TIMEOUT_S = 10.0  # one batch exchange with an agent
+MAX_BATCH_BYTES = 4 * 1024 * 1024  # a batch's calls, encoded (the agent takes 16 MiB)
 SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counter step)
 
 
@@ -200,26 +201,50 @@ class AgentCalls:
     async def _send_all(self) -> None:
         try:
             while self._queue:
-                batch, self._queue = self._queue, []
-                answers = await self._exchange([c for c, _ in batch])
-                for (call, waiter), answer in zip(batch, answers, strict=True):
-                    if not waiter.done():
-                        waiter.set_result(answer)
-                    elif call["call"] == "open" and answer:  # its request was cancelled:
-                        # close the window it will never close
-                        self._queue.append(({"call": "close", "device": call["device"],
-                                             "window": answer["window"], "points": []},
-                                            asyncio.get_running_loop().create_future()))
+                batch, payload = self._next_batch()
+                try:
+                    answers = await self._exchange(payload, len(batch))
+                except BaseException:  # cancelled (shutting down): no call waits forever
+                    answers = [None] * len(batch)
+                    raise
+                finally:
+                    self._answer(batch, answers)
         finally:
             self._sender = None
+            left, self._queue = self._queue, []
+            self._answer(left, [None] * len(left))
 
-    async def _exchange(self, calls: list[dict[str, Any]]) -> list[Any]:
-        """One batch; each call's body when it succeeded, else None."""
-        none: list[Any] = [None] * len(calls)
+    def _next_batch(self) -> tuple[list[tuple[dict[str, Any], asyncio.Future[Any]]], bytes]:
+        """The calls waiting, up to MAX_BATCH_BYTES of them (one at least), encoded."""
+        parts: list[bytes] = []
+        size = 0
+        for call, _ in self._queue:
+            part = json.dumps(call).encode()
+            if parts and size + len(part) > MAX_BATCH_BYTES:
+                break
+            parts.append(part)
+            size += len(part) + 1
+        batch, self._queue = self._queue[:len(parts)], self._queue[len(parts):]
+        return batch, b'{"calls": [' + b", ".join(parts) + b"]}"
+
+    def _answer(self, batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
+                answers: list[Any]) -> None:
+        for (call, waiter), answer in zip(batch, answers, strict=True):
+            if not waiter.done():
+                waiter.set_result(answer)
+            elif call["call"] == "open" and answer:  # its request was cancelled:
+                # close the window it will never close
+                self._queue.append(({"call": "close", "device": call["device"],
+                                     "window": answer["window"], "points": []},
+                                    asyncio.get_running_loop().create_future()))
+
+    async def _exchange(self, payload: bytes, calls: int) -> list[Any]:
+        """One batch of `calls` calls; each one's body when it succeeded, else None."""
+        none: list[Any] = [None] * calls
         self.exchanges += 1
         try:
             async with asyncio.timeout(AGENT_TIMEOUT_S):
-                raw, status = await self._post(json.dumps({"calls": calls}).encode())
+                raw, status = await self._post(payload)
         except (UpstreamError, TimeoutError) as exc:
             log.warning("agent %s: %s", self._url, exc or "no answer in time")
             return none
@@ -228,7 +253,7 @@ class AgentCalls:
             return none
         try:
             results = json.loads(raw)["results"]
-            assert isinstance(results, list) and len(results) == len(calls)
+            assert isinstance(results, list) and len(results) == calls
         except (ValueError, KeyError, TypeError, AssertionError):
             log.warning("agent %s: not a batch answer", self._url)
             return none

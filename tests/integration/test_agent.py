@@ -168,3 +168,24 @@ def test_window_calls_travel_in_batches(agent: tuple[str, AgentServer]) -> None:
     assert exchanges <= 2 + 3.0 / 0.1  # opens, closes, and one poll per 100 ms at most
     assert exchanges < 20
     assert ledger.open_windows == before
+
+
+def test_a_large_batch_is_split(agent: tuple[str, AgentServer],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    url, server = agent
+    monkeypatch.setattr("app.meter.MAX_BATCH_BYTES", 1000)
+    points = [(i / 100, 20, i) for i in range(40)]  # ~1 KB a close: one per batch
+
+    async def run() -> int:
+        upstream = Upstream(Http1Transport(5.0, 4.0, 64))
+        meter = RemoteMeter(upstream, {"cpu": url})
+        try:
+            windows = await asyncio.gather(*(meter.open("cpu") for _ in range(10)))
+            figures = await asyncio.gather(*(meter.close(w, points) for w in windows))
+            assert all(f is not None for f in figures)
+            return meter._agents["cpu"].exchanges
+        finally:
+            await upstream.aclose()
+
+    assert asyncio.run(run()) >= 1 + 10  # the opens fit in one batch, each close needs one
+    assert server.devices["cpu"].ledger.open_windows == 0
