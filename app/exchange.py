@@ -99,6 +99,7 @@ class Exchange:
         self.figure: EnergyFigure | None = None
         self.usage: dict[str, Any] | None = None
         self._last: dict[str, Any] | None = None
+        self._rename: tuple[str, bytes, bytes] | None = None  # worker's model, as JSON, ours
         self._sent_at = 0.0
         self._ended = False
 
@@ -224,9 +225,12 @@ class Exchange:
         if not name or not isinstance(worker_model, str) or worker_model == name:
             return event
         obj["model"] = name
-        old = b'"model":' + json.dumps(worker_model).encode()
+        if self._rename is None or self._rename[0] != worker_model:  # once per stream
+            self._rename = (worker_model, b'"model":' + json.dumps(worker_model).encode(),
+                            b'"model":' + json.dumps(name).encode())
+        _, old, new = self._rename
         if old in event:
-            return event.replace(old, b'"model":' + json.dumps(name).encode(), 1)
+            return event.replace(old, new, 1)
         return sse.encode(obj)  # the worker's JSON is spelled differently
 
     def last_chunk(self) -> dict[str, Any]:

@@ -32,15 +32,21 @@ class EventSplitter:
 
 
 def _boundary(buf: bytes) -> int:
-    ends = [(buf.find(sep), len(sep)) for sep in (b"\n\n", b"\r\n\r\n")]
-    found = [i + n for i, n in ends if i >= 0]
-    return min(found) if found else -1
+    """Where the first event ends (after its blank line), or -1."""
+    lf = buf.find(b"\n\n")
+    crlf = buf.find(b"\r\n\r\n")
+    if lf < 0:
+        return crlf + 4 if crlf >= 0 else -1
+    return lf + 2 if crlf < 0 or lf + 2 <= crlf + 4 else crlf + 4
 
 
 def event_json(event: bytes) -> dict[str, Any] | None:
     """The JSON object in an event's data lines, or None ([DONE], comments, junk)."""
-    lines = [ln[5:].strip() for ln in event.splitlines() if ln.startswith(b"data:")]
-    data = b"".join(lines)
+    body = event.rstrip(b"\r\n")
+    if body.startswith(b"data:") and b"\n" not in body and b"\r" not in body:
+        data = body[5:].strip()  # one data line: how workers send their events
+    else:
+        data = b"".join(ln[5:].strip() for ln in event.splitlines() if ln.startswith(b"data:"))
     if not data or data == b"[DONE]":
         return None
     try:
