@@ -3,11 +3,11 @@ commit, taking turns, so that a machine whose speed drifts (this VM varies by
 1.5x between runs) affects both alike.
 
     python -m bench.ab --base ca6d843 [--rounds 3 --seconds 8 --connections 1]
-                       [--model small|auto] [--workers N]
+                       [--model small|auto] [--stream] [--workers N]
         # -> bench/results/ab-overhead.json (--out to write elsewhere)
 
 Each round starts the base's gateway, then this checkout's, in front of the
-same fixed-answer nginx (bench/gateways.py), and measures a non-streamed chat
+same fixed-answer nginx (bench/gateways.py), and measures a chat (streamed with --stream)
 to the forced `small` tier (or `auto`) with wrk (one connection unless told).
 """
 
@@ -53,13 +53,13 @@ def _cpu_s(pid: int) -> float:
 
 
 def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: int,
-             model: str, workers: int) -> dict[str, Any]:
+             model: str, workers: int, stream: bool = False) -> dict[str, Any]:
     port = free_port()
     proc = joulegate(port, upstream, work, root, workers)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        body = {"model": model, "messages": MESSAGES}
+        body = {"model": model, "messages": MESSAGES, **({"stream": True} if stream else {})}
         wrk(url, connections, 2, body, work)  # warm up
         before = _cpu_s(proc.pid)
         out = wrk(url, connections, seconds, body, work)
@@ -81,6 +81,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=1)
     parser.add_argument("--model", default="small", help="small (a forced tier) or auto")
+    parser.add_argument("--stream", action="store_true", help="streamed chat")
     parser.add_argument("--workers", type=int, default=1, help="gateway processes (serve "
                         "--workers N; CPU per request then counts them all and the agent)")
     parser.add_argument("--out", type=Path,
@@ -96,7 +97,8 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, root in (("base", base), ("this", ROOT)):
                 runs[name].append(_measure(root, upstream, work, args.seconds,
-                                           args.connections, args.model, args.workers))
+                                           args.connections, args.model, args.workers,
+                                           args.stream))
                 print(name, runs[name][-1], flush=True)
     finally:
         stop_nginx(work)
@@ -109,7 +111,8 @@ def main() -> None:
                for name, rs in runs.items()}
     result = {"commit": project_commit(), "base": args.base, "rounds": args.rounds,
               "seconds": args.seconds,
-              "case": f"model {args.model}, non-streamed, wrk -t1 -c{args.connections}, "
+              "case": f"model {args.model}, {'streamed' if args.stream else 'non-streamed'}, "
+                      f"wrk -t1 -c{args.connections}, "
                       f"{args.workers} gateway process(es)",
               "runs": runs, "summary": summary,
               "added_ms_per_request": round(1000 / summary["this"]["req_per_s_median"]
