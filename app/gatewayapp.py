@@ -12,6 +12,7 @@ the schema) is FastAPI's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,10 +20,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.errors import ApiError, on_api_error, on_unexpected
+from app.watch import ClientLeft, unless_left
 
 log = logging.getLogger("joulegate.app")
 
@@ -59,6 +61,18 @@ class GatewayApp(FastAPI):
                 except Exception as exc:
                     log.exception("%s %s", scope["method"], scope["path"])
                     response = await on_unexpected(request, exc)
-                await response(scope, receive, send)
+                if isinstance(response, StreamingResponse):
+                    await _stream(response, request, send)
+                else:
+                    await response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+
+async def _stream(response: StreamingResponse, request: Request, send: Send) -> None:
+    """Starlette's streaming response (ASGI 2.3 servers: uvicorn), with the
+    disconnect watched by app.watch instead of a task group per stream."""
+    with contextlib.suppress(ClientLeft):
+        await unless_left(response.stream_response(send), request.is_disconnected)
+    if response.background is not None:
+        await response.background()

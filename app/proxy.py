@@ -10,7 +10,6 @@ so a departed client, a timeout or the loop guard can stop the worker.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -33,13 +32,12 @@ from app.exchange import Exchange, Forward, Parts
 from app.pool import NoReplica, Overloaded
 from app.upstream import UpstreamError
 from app.usage import add_prior_usage, energy_fields, merge_thinking
+from app.watch import ClientLeft, unless_left
 from telemetry.timeline import EnergyFigure
 
 log = logging.getLogger("joulegate.proxy")
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
-WATCH_AFTER_S = 0.25  # a non-streamed request running longer gets a disconnect watcher
-WATCH_EVERY_S = 0.25
 
 
 class Proxy:
@@ -155,41 +153,10 @@ class Proxy:
         return body, ex.figure
 
     async def _collect_watched(self, ex: Exchange, headers: dict[str, str]) -> Response:
-        """Collect, but stop the worker as soon as the client goes away. A
-        request still running after WATCH_AFTER_S gets a watcher that cancels
-        it when the client has left; a quick answer costs no extra task."""
-        disconnected = ex.fw.disconnected
-        handler = asyncio.current_task()
-        left = False
-        watcher: asyncio.Task[None] | None = None
-
-        async def watch() -> None:
-            nonlocal left
-            assert disconnected is not None and handler is not None
-            while not await disconnected():
-                await asyncio.sleep(WATCH_EVERY_S)
-            left = True
-            handler.cancel()
-
-        def start_watching() -> None:
-            nonlocal watcher
-            watcher = asyncio.ensure_future(watch())
-
-        timer = None if disconnected is None or handler is None else \
-            asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
+        """Collect, but stop the worker as soon as the client goes away."""
         try:
-            body, figure = await self.collect(ex)
-        except asyncio.CancelledError:
-            if not left or handler is None:
-                raise
-            handler.uncancel()  # the watcher's own cancellation: the client left
-            return Response(status_code=499)
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if watcher is not None:
-                watcher.cancel()
-        if left:
+            body, figure = await unless_left(self.collect(ex), ex.fw.disconnected)
+        except ClientLeft:
             return Response(status_code=499)
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"

@@ -1,0 +1,62 @@
+"""Stopping a request's work when its client goes away.
+
+Work still running after WATCH_AFTER_S gets a watcher task that asks whether
+the client has gone every WATCH_EVERY_S and, when it has, cancels the
+request's task: the exchange then ends and drops its worker connection,
+which stops the generation. A quick answer (most non-streamed ones) costs no
+task; Starlette's streaming response would start a task group per stream to
+listen for the disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+WATCH_AFTER_S = 0.25
+WATCH_EVERY_S = 0.25
+
+Disconnected = Callable[[], Awaitable[bool]]
+
+
+class ClientLeft(Exception):
+    """The client went away before the work was done (the work was cancelled)."""
+
+
+async def unless_left(work: Awaitable[T], disconnected: Disconnected | None) -> T:
+    """`work`'s result; ClientLeft when the client went away first."""
+    handler = asyncio.current_task()
+    if disconnected is None or handler is None:
+        return await work
+    left = False
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch() -> None:
+        nonlocal left
+        assert disconnected is not None and handler is not None
+        while not await disconnected():
+            await asyncio.sleep(WATCH_EVERY_S)
+        left = True
+        handler.cancel()
+
+    def start_watching() -> None:
+        nonlocal watcher
+        watcher = asyncio.ensure_future(watch())
+
+    timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
+    try:
+        result = await work
+    except asyncio.CancelledError:
+        if not left:
+            raise
+        handler.uncancel()  # the watcher's own cancellation: the client left
+        raise ClientLeft() from None
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+    if left:
+        raise ClientLeft()
+    return result
