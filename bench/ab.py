@@ -109,7 +109,9 @@ def main() -> None:
                       "cpu_ms_per_request_median": statistics.median(
                           r["cpu_ms_per_request"] for r in rs)}
                for name, rs in runs.items()}
-    result = {"commit": project_commit(), "base": args.base, "rounds": args.rounds,
+    base_commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT,
+                                 capture_output=True, text=True).stdout.strip() or args.base
+    result = {"commit": project_commit(), "base": base_commit, "rounds": args.rounds,
               "seconds": args.seconds,
               "case": f"model {args.model}, {'streamed' if args.stream else 'non-streamed'}, "
                       f"wrk -t1 -c{args.connections}, "
