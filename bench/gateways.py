@@ -7,9 +7,9 @@ one, which joulegate needs since it always streams from workers), joulegate
 in front of it (`joulegate serve`, its own process, estimate meter), and the
 LiteLLM proxy (one worker, installed by this script into its own venv under
 ~/.cache/joulegate/litellm-venv, never a project dependency), then runs wrk
-(one thread) at 1 and 50 connections: joulegate with a forced tier, `auto`,
-and `auto` streamed, and `serve --workers 2` with a forced tier; LiteLLM
-non-streamed. Needs `apt-get install nginx-light
+(one thread) at 1 and 50 connections: joulegate with a forced tier and
+`auto`, each streamed and not, and `serve --workers 2` with a forced tier;
+LiteLLM non-streamed. Needs `apt-get install nginx-light
 wrk` (root: done by the script when missing). All in one run, same machine.
 """
 
@@ -192,6 +192,8 @@ def main() -> None:
              {"model": "small", "messages": msg}),
             ("joulegate auto", base["joulegate"] + "/v1/chat/completions",
              {"model": "auto", "messages": msg}),
+            ("joulegate forced tier, streamed", base["joulegate"] + "/v1/chat/completions",
+             {"model": "small", "messages": msg, "stream": True}),
             ("joulegate auto, streamed", base["joulegate"] + "/v1/chat/completions",
              {"model": "auto", "messages": msg, "stream": True}),
             ("joulegate forced tier, 2 processes", base["joulegate2"] + "/v1/chat/completions",
