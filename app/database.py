@@ -22,6 +22,10 @@ from typing import Any
 
 import psycopg
 
+# Bound values in one statement: SQLite's lowest default limit (builds before
+# 3.32); PostgreSQL takes 65,535.
+MAX_VARIABLES = 999
+
 
 class DatabaseError(Exception):
     """The database could not run a statement."""
@@ -98,29 +102,41 @@ class Database:
         result: Result = self._run(lambda: self._one(self._sql(statement), args))
         return result
 
-    def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
-        """All rows in one transaction: all are written or none."""
+    def insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+               ) -> None:
+        """All rows in one transaction (all are written or none), as INSERTs of
+        many rows each: one database step per statement, where a row each
+        would make the sqlite3 module give up and take back the GIL per row
+        (the event loop's thread waits for it each time)."""
         batch = list(rows)
-        self._run(lambda: self._many(self._sql(statement), batch))
+        per = max(1, MAX_VARIABLES // len(columns))
+        one = "(" + ", ".join("?" * len(columns)) + ")"
+        head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+        statements = [(self._sql(head + ", ".join([one] * len(chunk))),
+                       [v for row in chunk for v in row])
+                      for chunk in (batch[i:i + per] for i in range(0, len(batch), per))]
+        self._run(lambda: self._many(statements))
 
     def _one(self, statement: str, args: Sequence[Any]) -> Result:
         cur = self._conn.execute(statement, args)
         rows = cur.fetchall() if cur.description is not None else []
         return Result(rows, int(cur.rowcount))
 
-    def _many(self, statement: str, rows: list[Sequence[Any]]) -> Result:
+    def _many(self, statements: list[tuple[str, list[Any]]]) -> None:
+        """The statements in one transaction."""
         if self.postgres:
             with self._conn.transaction(), self._conn.cursor() as cur:
-                cur.executemany(statement, rows)
-        else:
-            self._conn.execute("BEGIN")
-            try:
-                self._conn.executemany(statement, rows)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-        return Result([], len(rows))
+                for statement, args in statements:
+                    cur.execute(statement, args)
+            return
+        self._conn.execute("BEGIN")
+        try:
+            for statement, args in statements:
+                self._conn.execute(statement, args)
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
 
     def _run(self, work: Any) -> Any:
         with self._lock:

@@ -145,8 +145,6 @@ class SpendLedger:
         the oldest unwritten rows, a batch at a time, in one transaction each.
         A batch the database refuses stays first in line and is tried again, so
         no committed row is lost and none is written twice."""
-        insert = (f"INSERT INTO usage ({', '.join(COLUMNS)}) VALUES "
-                  f"({', '.join('?' for _ in COLUMNS)})")
         values = operator.attrgetter(*COLUMNS)
         refreshed = time.monotonic()
         while True:
@@ -159,7 +157,7 @@ class SpendLedger:
                 if not rows:
                     break
                 try:
-                    self._db.executemany(insert, [values(r) for r in rows])
+                    self._db.insert("usage", COLUMNS, [values(r) for r in rows])
                 except DatabaseError as exc:
                     log.warning("usage rows not written yet (%d, will retry): %s",
                                 len(rows), exc)
