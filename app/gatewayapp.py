@@ -6,8 +6,10 @@ endpoint (the same function FastAPI routes to), skipping FastAPI's
 per-request telemetry check, middleware stack, route matching and dependency
 solving: about a fifth of a loaded gateway's samples
 (`python -m bench.profile_gateway`). Errors are answered by the same handlers
-as on FastAPI's path. Everything else (other methods and paths, lifespan,
-the schema) is FastAPI's.
+as on FastAPI's path. A streamed answer is sent with its disconnect watched
+by app.watch (Starlette's streaming response would start a task group per
+stream). Everything else (other methods and paths, lifespan, the schema) is
+FastAPI's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -56,6 +58,8 @@ class GatewayApp(FastAPI):
                 request = Request(scope, receive)
                 try:
                     response = await endpoint(request)
+                except ClientDisconnect:
+                    return  # gone while its body was being read: nobody to answer
                 except ApiError as exc:
                     response = await on_api_error(request, exc)
                 except Exception as exc:

@@ -132,8 +132,12 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
     shipped["routing"]["lengths_file"] = None
     models = work / f"models-{port}.yaml"
     models.write_text(yaml.safe_dump(shipped))
+    # A state directory of its own: the checkout's .joulegate (keys, usage
+    # database) is neither read nor grown by benchmarks.
+    state = work / f"state-{port}"
     env = dict(os.environ, JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
-               JOULEGATE_LOG_LEVEL="warning", PYTHONPATH=str(root))
+               JOULEGATE_LOG_LEVEL="warning", JOULEGATE_STATE_DIR=str(state),
+               PYTHONPATH=str(root))
     extra = ["--workers", str(workers)] if workers > 1 else []
     return subprocess.Popen([sys.executable, "-m", "app.cli", "serve", *extra], env=env, cwd=root,
                             stdout=(work / f"joulegate-{port}.log").open("wb"),
