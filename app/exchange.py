@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -37,8 +36,6 @@ from router.loopguard import LoopGuard
 from telemetry.metrics import Metrics
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, TokenTimeline
-
-log = logging.getLogger("joulegate.exchange")
 
 # Outcomes that say the replica is unwell (its breaker counts them).
 _REPLICA_FAULTS = {"upstream_timeout", "upstream_broken", "upstream_invalid"}
@@ -130,7 +127,8 @@ class Exchange:
             if window is not None and fw.key is not None:
                 self._own(window, fw.key.id)
             try:
-                self.response = await self._send(state, payload)
+                self.response = await self.parts.upstream.post_again_if_reset(
+                    state.replica.base + fw.path, payload)
             except UpstreamError as exc:
                 pool.report(state, ok=False)
                 pool.release(state)
@@ -147,19 +145,6 @@ class Exchange:
                 raise
             self.state, self.window = state, window
             return
-
-    async def _send(self, state: ReplicaState, payload: bytes) -> UpstreamResponse:
-        url = state.replica.base + self.fw.path
-        upstream = self.parts.upstream
-        try:
-            return await upstream.post(url, payload)
-        except UpstreamError as exc:
-            if exc.kind != "reset":
-                raise
-            # A pooled connection the worker had closed: nothing was answered.
-            log.info("%s: connection dropped before the response (%s); retrying once on a "
-                     "new connection", state.replica.base, exc.detail)
-            return await upstream.post(url, payload, fresh=True)
 
     # -- relaying --------------------------------------------------------
     async def events(self, guard: LoopGuard | None = None

@@ -261,13 +261,7 @@ class AgentCalls:
                 for r in results]
 
     async def _post(self, payload: bytes) -> tuple[bytes, int]:
-        try:
-            r = await self._upstream.post(self._url, payload)
-        except UpstreamError as exc:
-            if exc.kind != "reset":
-                raise
-            # A kept-alive connection the agent had closed: nothing was answered.
-            r = await self._upstream.post(self._url, payload, fresh=True)
+        r = await self._upstream.post_again_if_reset(self._url, payload)
         try:
             return await r.read(), r.status
         finally:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -34,6 +35,8 @@ from typing import Any, Literal, Protocol
 import httpx
 
 UpstreamErrorKind = Literal["unavailable", "reset", "timeout", "broken"]
+log = logging.getLogger("joulegate.upstream")
+
 MAX_CONNECTIONS = 1024  # to all workers together
 JSON_HEADERS = {"content-type": "application/json"}
 
@@ -173,22 +176,36 @@ class Upstream:
 
     async def post(self, url: str, body: bytes | dict[str, Any],
                    fresh: bool = False) -> UpstreamResponse:
-        """POST; returns when the response headers arrived (first-byte deadline)."""
+        """POST; returns when the response headers arrived (first-byte deadline).
+        A pooled connection the peer had closed is a `reset`."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
         raw = await self._transport.send("POST", url, payload, fresh, self.timeouts)
         return UpstreamResponse(raw)
 
+    async def post_again_if_reset(self, url: str, body: bytes | dict[str, Any]
+                                  ) -> UpstreamResponse:
+        """POST, once more on a new connection when the pooled one was closed."""
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        raw = await self._send_again_if_reset("POST", url, payload, self.timeouts)
+        return UpstreamResponse(raw)
+
+    async def _send_again_if_reset(self, method: str, url: str, payload: bytes | None,
+                                   timeouts: Timeouts) -> RawResponse:
+        try:
+            return await self._transport.send(method, url, payload, False, timeouts)
+        except UpstreamError as exc:
+            if exc.kind != "reset":
+                raise
+            # A kept-alive connection the peer had closed: nothing was answered,
+            # and it says nothing about the peer's health.
+            log.info("%s: connection dropped before the response (%s); asking again on a "
+                     "new connection", url, exc.detail)
+            return await self._transport.send(method, url, payload, True, timeouts)
+
     async def _get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         deadlines = Timeouts(timeout_s, timeout_s, timeout_s)
         async with asyncio.timeout(timeout_s):
-            try:
-                raw = await self._transport.send("GET", url, None, False, deadlines)
-            except UpstreamError as exc:
-                if exc.kind != "reset":
-                    raise
-                # A pooled connection the worker had closed says nothing about its
-                # health: ask again on a new connection (as a forwarded request does).
-                raw = await self._transport.send("GET", url, None, True, deadlines)
+            raw = await self._send_again_if_reset("GET", url, None, deadlines)
             try:
                 return raw.status, b"".join([c async for c in raw.chunks()])
             finally:

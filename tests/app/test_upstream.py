@@ -51,6 +51,9 @@ def test_stale_keepalive_is_a_reset_and_a_fresh_connection_works() -> None:
             again = await upstream.post(url, b"{}", fresh=True)
             assert again.status == 200 and await again.read()
             assert len(connections) == 2
+            retried = await upstream.post_again_if_reset(url, b"{}")  # stale, then new
+            assert retried.status == 200 and await retried.read()
+            assert len(connections) == 3
         finally:
             await upstream.aclose()
             server.close()
