@@ -88,12 +88,17 @@ class Waiting:
     def due(self, now: float) -> list[str]:
         return [w for w, (_, until) in self._by_window.items() if now >= until]
 
-    async def empty(self, timeout_s: float) -> None:
-        """Until none is left, or `timeout_s` (shutting down)."""
+    async def drain(self, timeout_s: float,
+                    last: Callable[[str], EnergyFigure | None]) -> None:
+        """Shutting down: wait up to `timeout_s` for the figures to come, then
+        give each window still waiting `last(window)` (its usage row is written
+        with what there is)."""
         loop = asyncio.get_running_loop()
         limit = loop.time() + timeout_s
         while self._by_window and loop.time() < limit:
             await asyncio.sleep(0.05)
+        for window in self.windows():
+            self.give(window, last(window))
 
 
 class LocalMeter:
@@ -168,9 +173,7 @@ class LocalMeter:
         self._sweeper = self._loop.call_later(SWEEP_S, self._sweep) if self._waiting else None
 
     async def drain(self, timeout_s: float) -> None:
-        await self._waiting.empty(timeout_s)
-        for window in self._waiting.windows():
-            self._waiting.give(window, self._result(window))
+        await self._waiting.drain(timeout_s, self._result)
 
 
 AGENT_TIMEOUT_S = 10.0  # one batch exchange with an agent
@@ -331,7 +334,7 @@ class RemoteMeter:
             self._poller = None
 
     async def drain(self, timeout_s: float) -> None:
-        await self._waiting.empty(timeout_s)
+        await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone
 
 
 def _figure(data: Any) -> EnergyFigure | None:
