@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import tempfile
@@ -25,31 +24,10 @@ from typing import Any
 from app.embedded import free_port
 from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
 from bench.gpu_common import project_commit
+from bench.process import tree_cpu_s
 from workers.local import ROOT, wait_healthy
 
 MESSAGES = [{"role": "user", "content": "What is the capital?"}]
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its descendants (the gateway
-    processes and the agent of `serve --workers N`), reaped ones included."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        child = int(stat.parent.name)
-        parents[child] = int(fields[1])
-        ticks[child] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    tree = {pid}
-    grew = True
-    while grew:
-        more = {c for c, p in parents.items() if p in tree} - tree
-        tree |= more
-        grew = bool(more)
-    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
 
 
 def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: int,
@@ -61,12 +39,12 @@ def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: i
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         body = {"model": model, "messages": MESSAGES, **({"stream": True} if stream else {})}
         wrk(url, connections, 2, body, work)  # warm up
-        before = _cpu_s(proc.pid)
+        before = tree_cpu_s(proc.pid)
         out = wrk(url, connections, seconds, body, work)
         # the gateway's own CPU per request: less sensitive than req/s to what
         # else the machine runs at the moment (wrk and nginx share its cores)
         requests = (out["req_per_s"] or 0) * seconds
-        out["cpu_ms_per_request"] = round(1000 * (_cpu_s(proc.pid) - before) / requests, 4) \
+        out["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(proc.pid) - before) / requests, 4) \
             if requests else None
         return out
     finally:

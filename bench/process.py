@@ -18,3 +18,25 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants (the gateway
+    processes and the agent of `serve --workers N`), reaped ones included."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        child = int(stat.parent.name)
+        parents[child] = int(fields[1])
+        ticks[child] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    tree = {pid}
+    grew = True
+    while grew:
+        more = {c for c, p in parents.items() if p in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
