@@ -12,11 +12,11 @@ timeout, when the counter stopped, say).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from app.jsonio import dumps, loads
 from app.upstream import Upstream, UpstreamError
 from telemetry.ledger import Ledger
 from telemetry.rates import TOKEN_COUNTS, TokenRates
@@ -222,13 +222,13 @@ class AgentCalls:
         parts: list[bytes] = []
         size = 0
         for call, _ in self._queue:
-            part = json.dumps(call).encode()
+            part = dumps(call)
             if parts and size + len(part) > MAX_BATCH_BYTES:
                 break
             parts.append(part)
             size += len(part) + 1
         batch, self._queue = self._queue[:len(parts)], self._queue[len(parts):]
-        return batch, b'{"calls": [' + b", ".join(parts) + b"]}"
+        return batch, b'{"calls":[' + b",".join(parts) + b"]}"
 
     def _answer(self, batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
                 answers: list[Any]) -> None:
@@ -255,7 +255,7 @@ class AgentCalls:
             log.warning("agent %s answered %d", self._url, status)
             return none
         try:
-            results = json.loads(raw)["results"]
+            results = loads(raw)["results"]
             assert isinstance(results, list) and len(results) == calls
         except (ValueError, KeyError, TypeError, AssertionError):
             log.warning("agent %s: not a batch answer", self._url)
@@ -275,7 +275,7 @@ class RemoteMeter:
     """Ledgers in `joulegate agent`s next to the GPUs, over HTTP: each device's
     calls go to the agent on its machine (`agents`: device name -> base URL),
     in batches (AgentCalls). The windows waiting for a final figure are asked
-    about together every `poll_s`."""
+    about together every `poll_s`: one `results` call per device."""
 
     def __init__(self, upstream: Upstream, agents: dict[str, str],
                  settle_timeout_s: float = 3.0, poll_s: float = SETTLE_POLL_S) -> None:
@@ -319,19 +319,38 @@ class RemoteMeter:
             self._poller = asyncio.create_task(self._poll())
 
     async def _poll(self) -> None:
-        """Every poll_s while windows wait: one result call each, batched."""
+        """Every poll_s while windows wait: the figures of each device's
+        waiting windows, in one call per device."""
         loop = asyncio.get_running_loop()
         try:
             while self._waiting:
                 await asyncio.sleep(self._poll_s)
-                windows = self._waiting.windows()
-                figures = await asyncio.gather(*(self.result(w) for w in windows))
+                by_device: dict[str, list[str]] = {}
+                for window in self._waiting.windows():
+                    device, wid = _split(window)
+                    by_device.setdefault(device, []).append(wid)
+                answers = await asyncio.gather(*(
+                    self._call("results", device, windows=wids)
+                    for device, wids in by_device.items()))
                 due = set(self._waiting.due(loop.time()))
-                for window, figure in zip(windows, figures, strict=True):
-                    if figure is None or figure.final or window in due:
-                        self._waiting.give(window, figure)
+                for (device, wids), answer in zip(by_device.items(), answers, strict=True):
+                    figures = answer.get("figures") if isinstance(answer, dict) else None
+                    if not isinstance(figures, list) or len(figures) != len(wids):
+                        # No answer: ask again next time; the windows past
+                        # their timeout get none.
+                        self._give_due([f"{device}/{wid}" for wid in wids], due)
+                        continue
+                    for wid, data in zip(wids, figures, strict=True):
+                        window, figure = f"{device}/{wid}", _figure(data)
+                        if figure is None or figure.final or window in due:
+                            self._waiting.give(window, figure)
         finally:
             self._poller = None
+
+    def _give_due(self, windows: list[str], due: set[str]) -> None:
+        for window in windows:
+            if window in due:
+                self._waiting.give(window, None)
 
     async def drain(self, timeout_s: float) -> None:
         await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone

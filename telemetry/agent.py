@@ -8,15 +8,19 @@ per host, and gateways open and close their windows over HTTP:
     POST /v1/windows/close   {"device", "window", "points"}  -> EnergyFigure
     POST /v1/windows/result  {"device", "window", "wait_s"?} -> EnergyFigure (held until
                                                                 final, up to wait_s)
-    POST /v1/windows/batch   {"calls": [{"call": "open" | "close" | "result", ...}]}
-                             -> {"results": [{"status", "body"}]}, in order (no waiting)
+    POST /v1/windows/results {"device", "windows": [window, ...]}
+                             -> {"figures": [EnergyFigure | null, ...]}, in order
+    POST /v1/windows/batch   {"calls": [{"call": "open" | "close" | "result" | "results",
+                             ...}]} -> {"results": [{"status", "body"}]}, in order (no
+                             waiting)
     GET  /metrics            device energy, power, idle (Prometheus)
     GET  /healthz
 
 Every request a gateway forwards opens and closes a window and asks for its
 final figure, so these must cost little. A gateway sends them in batches
 (app/meter.py: the calls its requests make while a batch is on its way go in
-the next one, and final figures are asked for together every 100 ms), and
+the next one, and the final figures of all its waiting windows are asked for in one
+`results` call every 100 ms), and
 one asyncio loop on its own thread serves them over keep-alive HTTP/1.1 (the
 standard library's threaded `http.server` cost ~1 ms of CPU a call, with a
 thread per connection). A single `result` call with `wait_s` waits on a
@@ -33,7 +37,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from telemetry.devices import MeteredDevice
@@ -50,7 +53,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a batch of long answers' token points
 JSON = "application/json"
 Reply = tuple[int, bytes, str]
 Answer = tuple[int, Any]  # status, JSON body
-WINDOW_CALLS = ("open", "close", "result")
+WINDOW_CALLS = ("open", "close", "result", "results")
+MAX_CURVES = 256  # operating curves remembered (one per backend a gateway sends)
 
 
 def _json(status: int, obj: Any) -> Reply:
@@ -63,7 +67,7 @@ def _error(status: int, message: str) -> Answer:
 
 
 def _figure(figure: EnergyFigure | None, wid: str) -> Answer:
-    return _error(404, f"no window {wid}") if figure is None else (200, asdict(figure))
+    return _error(404, f"no window {wid}") if figure is None else (200, figure.as_dict())
 
 
 class AgentServer:
@@ -75,6 +79,7 @@ class AgentServer:
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._waiting: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._rates: dict[tuple[float, ...], TokenRates] = {}
         for name, device in devices.items():
             device.ledger.on_final = self._final_callback(name)
 
@@ -142,7 +147,13 @@ class AgentServer:
         except (KeyError, TypeError):
             return _error(400, "body must be JSON with a known 'device'")
         if call == "open":
-            return _open(ledger, body)
+            return self._open(ledger, body)
+        if call == "results":
+            wids = body.get("windows")
+            if not isinstance(wids, list):
+                return _error(400, "windows must be a list of window ids")
+            return 200, {"figures": [None if f is None else f.as_dict()
+                                     for f in map(ledger.result, map(str, wids))]}
         wid = str(body.get("window", ""))
         if call == "close":
             try:
@@ -151,6 +162,25 @@ class AgentServer:
                 return _error(400, "points must be [offset_s, prompt_tokens, decode_tokens]")
             return _figure(ledger.close(wid, points), wid)
         return _figure(await self.result(name, wid, body.get("wait_s") if wait else None), wid)
+
+    def _open(self, ledger: Ledger, body: dict[str, Any]) -> Answer:
+        try:
+            rates = self._curve_rates(body["curve"]) if "curve" in body else TOKEN_COUNTS
+        except (TypeError, ValueError) as exc:
+            return _error(400, f"curve: 7 coefficients expected ({exc})")
+        return 200, {"window": ledger.open(rates=rates)}
+
+    def _curve_rates(self, curve: Any) -> TokenRates:
+        """The token rates of a curve's coefficients, remembered: every request
+        of a backend sends the same curve."""
+        key = tuple(curve)
+        rates = self._rates.get(key)
+        if rates is None:
+            rates = TokenRates.from_curve(curve)
+            if len(self._rates) >= MAX_CURVES:
+                self._rates.clear()
+            self._rates[key] = rates
+        return rates
 
     async def _batch(self, body: Any) -> Answer:
         """Several window calls in one exchange, answered in order; none waits."""
@@ -236,13 +266,6 @@ class AgentServer:
             asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)
             self.loop.call_soon_threadsafe(self.loop.stop)
 
-
-def _open(ledger: Ledger, body: dict[str, Any]) -> Answer:
-    try:
-        rates = TokenRates.from_curve(body["curve"]) if "curve" in body else TOKEN_COUNTS
-    except (TypeError, ValueError) as exc:
-        return _error(400, f"curve: 7 coefficients expected ({exc})")
-    return 200, {"window": ledger.open(rates=rates)}
 
 
 def _parse_head(head: bytes) -> tuple[str, str, int, bool] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 Point = tuple[float, int, int]  # (offset_s, prompt_tokens, decode_tokens)
 
@@ -25,6 +26,10 @@ class EnergyFigure:
     # What the request would have cost alone (gross), from its backend's
     # operating curve: an estimate, None without a curve.
     standalone_j: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields by name (dataclasses.asdict without its deep copy)."""
+        return dict(self.__dict__)
 
 
 class TokenTimeline:

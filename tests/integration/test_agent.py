@@ -130,9 +130,13 @@ def test_batch_answers_each_call_in_order(agent: tuple[str, AgentServer]) -> Non
     closed = httpx.post(url + "/v1/windows/batch", json={"calls": [
         {"call": "close", "device": "cpu", "window": wid, "points": [[0.01, 5, 1]]},
         {"call": "result", "device": "cpu", "window": wid, "wait_s": 5},
-        {"call": "close", "device": "cpu", "window": "w0", "points": []}]}).json()["results"]
-    assert [r["status"] for r in closed] == [200, 200, 404]
+        {"call": "close", "device": "cpu", "window": "w0", "points": []},
+        {"call": "results", "device": "cpu", "windows": [wid, "w0"]},
+        {"call": "results", "device": "cpu", "windows": wid}]}).json()["results"]
+    assert [r["status"] for r in closed] == [200, 200, 404, 200, 400]
     assert closed[1]["body"]["final"] is False  # a batch never waits
+    figures = closed[3]["body"]["figures"]
+    assert figures[0]["net_j"] == closed[1]["body"]["net_j"] and figures[1] is None
     assert httpx.post(url + "/v1/windows/batch", json={"calls": 3}).status_code == 400
 
 
