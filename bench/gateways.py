@@ -11,6 +11,16 @@ LiteLLM proxy (one worker, installed by this script into its own venv under
 `auto`, each streamed and not, and `serve --workers 2` with a forced tier;
 LiteLLM non-streamed. Needs `apt-get install nginx-light
 wrk` (root: done by the script when missing). All in one run, same machine.
+
+    python -m bench.gateways --pin [--no-litellm] --out bench/results/X.json
+
+On a machine of 8 cores or more, `--pin` gives each part cores of its own
+(sched_setaffinity, inherited by children): the gateways share cores 0-1
+(one process, and `serve --workers 2` with its agent), `--workers 4` gets
+0-3, nginx and wrk one core each beyond them. Then "2 processes on 2 cores"
+is what it says, with the load generator and the upstream elsewhere.
+`bench/run_gateways_device.sh` runs it on the GPU host (no network there:
+no LiteLLM).
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import yaml
 
 from app.embedded import free_port
 from bench.gpu_common import project_commit
-from bench.process import rss_mb
+from bench.process import rss_mb, tree_cpu_s
 from workers.local import CACHE, ROOT, wait_healthy
 
 ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "fixed",
@@ -39,6 +49,9 @@ ANSWER = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model"
           "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
 NGINX = "/usr/sbin/nginx"  # Debian's, not on root's PATH everywhere
 LITELLM_KEY = "sk-joulegate-bench-0123456789abcdef"  # a local benchmark's throwaway key
+# --pin: the gateways' cores by process count, then nginx's and wrk's
+PINNED = {1: {0, 1}, 2: {0, 1}, 4: {0, 1, 2, 3}}
+NGINX_CORES, WRK_CORES = {6}, {7}
 CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "fixed"}
 
 
@@ -53,7 +66,10 @@ def _sse() -> str:
 def _nginx_conf(port: int, work: Path) -> str:
     def quoted(text: str) -> str:
         return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    # as root, workers as root too (nginx's default user may not exist there)
+    user = "user root root;" if os.geteuid() == 0 else ""
     return f"""
+{user}
 worker_processes 1;
 pid {work}/nginx.pid;
 error_log {work}/nginx-error.log;
@@ -75,8 +91,13 @@ http {{
 """
 
 
+def pinned(cores: set[int] | None) -> Any:
+    """A Popen preexec_fn that keeps the process (and its children) on `cores`."""
+    return None if cores is None else (lambda: os.sched_setaffinity(0, cores))
+
+
 def wrk(url: str, connections: int, seconds: int, body: dict[str, Any], work: Path,
-         key: str | None = None) -> dict[str, Any]:
+         key: str | None = None, cores: set[int] | None = None) -> dict[str, Any]:
     script = work / "post.lua"
     auth = f'wrk.headers["Authorization"] = "Bearer {key}"\n' if key else ""
     script.write_text(
@@ -84,7 +105,7 @@ def wrk(url: str, connections: int, seconds: int, body: dict[str, Any], work: Pa
         f"{auth}wrk.body = {json.dumps(json.dumps(body))}\n")
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency",
                           "-s", str(script), url], capture_output=True, text=True,
-                         timeout=seconds + 60).stdout
+                         timeout=seconds + 60, preexec_fn=pinned(cores)).stdout
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
     lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
     non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
@@ -117,8 +138,8 @@ def _litellm(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
                             stdout=(work / "litellm.log").open("wb"), stderr=subprocess.STDOUT)
 
 
-def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1
-              ) -> subprocess.Popen[bytes]:
+def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1,
+              cores: set[int] | None = None) -> subprocess.Popen[bytes]:
     """`joulegate serve [--workers N]` of the checkout at `root`, both tiers on the
     fixed upstream."""
     shipped = yaml.safe_load((root / "models.yaml").read_text())
@@ -141,16 +162,17 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
     extra = ["--workers", str(workers)] if workers > 1 else []
     return subprocess.Popen([sys.executable, "-m", "app.cli", "serve", *extra], env=env, cwd=root,
                             stdout=(work / f"joulegate-{port}.log").open("wb"),
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, preexec_fn=pinned(cores))
 
 
-def start_nginx(work: Path) -> int:
+def start_nginx(work: Path, cores: set[int] | None = None) -> int:
     """The fixed-answer upstream, on a free port; stop it with stop_nginx(work)."""
     for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
         (work / d).mkdir(exist_ok=True)
     port = free_port()
     (work / "nginx.conf").write_text(_nginx_conf(port, work))
-    subprocess.run([_nginx(), "-c", str(work / "nginx.conf")], check=True)
+    subprocess.run([_nginx(), "-c", str(work / "nginx.conf")], check=True,
+                   preexec_fn=pinned(cores))
     return port
 
 
@@ -169,57 +191,83 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gateways.json")
+    parser.add_argument("--pin", action="store_true",
+                        help="cores of their own for each part (8 cores or more)")
+    parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
     args = parser.parse_args()
+    cpus = os.cpu_count() or 1
+    if args.pin and cpus < 8:
+        parser.error(f"--pin needs 8 cores or more; this machine has {cpus}")
+    pin = (lambda cores: cores) if args.pin else (lambda cores: None)
     work = Path(tempfile.mkdtemp(prefix="joulegate-gateways-"))
-    ports = {"nginx": start_nginx(work), "joulegate": free_port(), "litellm": free_port(),
-             "joulegate2": free_port()}
-    procs = [joulegate(ports["joulegate"], ports["nginx"], work),
-             _litellm(ports["litellm"], ports["nginx"], work),
-             joulegate(ports["joulegate2"], ports["nginx"], work, workers=2)]
+    upstream = start_nginx(work, pin(NGINX_CORES))
+    ports = {"nginx": upstream}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    gateways = [1, 2, 4] if args.pin else [1, 2]  # processes of each joulegate
+    for n in gateways:
+        name = "joulegate" if n == 1 else f"joulegate{n}"
+        ports[name] = free_port()
+        procs[name] = joulegate(ports[name], upstream, work, workers=n, cores=pin(PINNED[n]))
+    if not args.no_litellm:
+        ports["litellm"] = free_port()
+        procs["litellm"] = _litellm(ports["litellm"], upstream, work)
     msg = [{"role": "user", "content": "What is the capital of France?"}]
     base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    results: dict[str, Any] = {"commit": project_commit(),
-                               "machine": f"{os.cpu_count()} cores", "seconds": args.seconds,
-                               "tool": "wrk -t1", "runs": {}}
+    results: dict[str, Any] = {"commit": project_commit(), "machine": f"{cpus} cores",
+                               "seconds": args.seconds, "tool": "wrk -t1", "runs": {}}
+    if args.pin:
+        results["cores"] = {"joulegate, 1 process": sorted(PINNED[1]),
+                            "joulegate, 2 processes and their agent": sorted(PINNED[2]),
+                            "joulegate, 4 processes and their agent": sorted(PINNED[4]),
+                            "nginx": sorted(NGINX_CORES), "wrk": sorted(WRK_CORES)}
     try:
-        wait_healthy(base["joulegate"] + "/readyz", 60, procs[0])
-        wait_healthy(base["litellm"] + "/health/liveliness", 180, procs[1])
-        wait_healthy(base["joulegate2"] + "/readyz", 60, procs[2])
-        results["litellm_version"] = subprocess.run(
-            [str(CACHE / "litellm-venv" / "bin" / "python"), "-c",
-             "from importlib.metadata import version; print(version('litellm'))"],
-            capture_output=True, text=True).stdout.strip()
-        cases = [
-            ("nginx direct", base["nginx"] + "/json/v1/chat/completions",
-             {"model": "x", "messages": msg}),
-            ("joulegate forced tier", base["joulegate"] + "/v1/chat/completions",
-             {"model": "small", "messages": msg}),
-            ("joulegate auto", base["joulegate"] + "/v1/chat/completions",
-             {"model": "auto", "messages": msg}),
-            ("joulegate forced tier, streamed", base["joulegate"] + "/v1/chat/completions",
-             {"model": "small", "messages": msg, "stream": True}),
-            ("joulegate auto, streamed", base["joulegate"] + "/v1/chat/completions",
-             {"model": "auto", "messages": msg, "stream": True}),
-            ("joulegate forced tier, 2 processes", base["joulegate2"] + "/v1/chat/completions",
-             {"model": "small", "messages": msg}),
-            ("LiteLLM proxy, 1 worker", base["litellm"] + "/v1/chat/completions",
-             {"model": "small", "messages": msg}),
-        ]
-        for name, url, body in cases:
+        for name, proc in procs.items():
+            path = "/health/liveliness" if name == "litellm" else "/readyz"
+            wait_healthy(base[name] + path, 180 if name == "litellm" else 60, proc)
+        if "litellm" in procs:
+            results["litellm_version"] = subprocess.run(
+                [str(CACHE / "litellm-venv" / "bin" / "python"), "-c",
+                 "from importlib.metadata import version; print(version('litellm'))"],
+                capture_output=True, text=True).stdout.strip()
+        chat = "/v1/chat/completions"
+        cases = [("nginx direct", "nginx", "/json" + chat, {"model": "x", "messages": msg}),
+                 ("joulegate forced tier", "joulegate", chat, {"model": "small"}),
+                 ("joulegate auto", "joulegate", chat, {"model": "auto"}),
+                 ("joulegate forced tier, streamed", "joulegate", chat,
+                  {"model": "small", "stream": True}),
+                 ("joulegate auto, streamed", "joulegate", chat, {"model": "auto", "stream": True}),
+                 *((f"joulegate forced tier, {n} processes", f"joulegate{n}", chat,
+                    {"model": "small"}) for n in gateways[1:]),
+                 *((("LiteLLM proxy, 1 worker", "litellm", chat, {"model": "small"}),)
+                   if "litellm" in procs else ())]
+        for name, target, path, body in cases:
+            body = {"messages": msg, **body}
             for connections in (1, 50):
                 key = f"{name} c={connections}"
-                bearer = LITELLM_KEY if name.startswith("LiteLLM") else None
-                results["runs"][key] = wrk(url, connections, args.seconds, body, work, bearer)
-                print(key, results["runs"][key], flush=True)
-        results["joulegate_rss_mb"] = round(rss_mb(procs[0].pid), 1)
+                bearer = LITELLM_KEY if target == "litellm" else None
+                proc = procs.get(target)
+                before = tree_cpu_s(proc.pid) if proc else 0.0
+                run = wrk(base[target] + path, connections, args.seconds, body, work, bearer,
+                          pin(WRK_CORES))
+                if proc is not None and run["req_per_s"]:
+                    run["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(proc.pid) - before)
+                                                      / (run["req_per_s"] * args.seconds), 4)
+                results["runs"][key] = run
+                print(key, run, flush=True)
+        results["joulegate_rss_mb"] = round(rss_mb(procs["joulegate"].pid), 1)
         floor = results["runs"]["nginx direct c=1"]["p50_ms"]
         results["added_p50_ms_c1"] = {
             name: round(results["runs"][f"{name} c=1"]["p50_ms"] - floor, 3)
-            for name, _, _ in cases[1:] if results["runs"][f"{name} c=1"]["p50_ms"]}
+            for name, *_ in cases[1:] if results["runs"][f"{name} c=1"]["p50_ms"]}
+        one = results["runs"]["joulegate forced tier c=50"]["req_per_s"]
+        more = {n: results["runs"][f"joulegate forced tier, {n} processes c=50"]["req_per_s"]
+                for n in gateways[1:]}
+        results["processes_speedup_c50"] = {str(n): round(rps / one, 2)
+                                            for n, rps in more.items() if rps and one}
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=30)
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(timeout=30)
         stop_nginx(work)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")

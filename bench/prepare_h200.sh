@@ -5,6 +5,8 @@
 #   .llama/llama-src.tgz  the llama.cpp sources of the pinned llama-cpp-python sdist,
 #                         trimmed (no models, docs, tests, benches)
 #   .data/                the ../shared/data files the benchmarks read
+#   .tools/               nginx and wrk (this machine's Debian builds, their libraries
+#                         beside them) for bench.gateways on the GPU host's 16 cores
 #
 #   bash bench/prepare_h200.sh        # after `make test` (or `make llama-server`)
 # then, through the device tool: carry [".whl", ".llama", ".data"] and run
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 pkgs=(fastapi starlette pydantic pydantic-core pydantic-settings python-dotenv annotated-types
       typing-inspection typing-extensions uvicorn h11 httptools gguf click scikit-learn joblib
-      threadpoolctl orjson)
+      threadpoolctl orjson alembic sqlalchemy mako psycopg psycopg-binary)
 specs=$($PY - "${pkgs[@]}" <<'PYEOF'
 import sys
 from importlib.metadata import version
@@ -37,4 +39,17 @@ data="${JOULEGATE_DATA:-../shared/data}"
 rm -rf .data && mkdir -p .data/mmlu
 cp -r "$data/gsm8k" "$data/arena-hard" .data/
 cp -r "$data/mmlu/test" .data/mmlu/
-du -sh .whl .llama .data
+# nginx and wrk, with the libraries the GPU host's image may lack; each runs
+# through a wrapper that points the loader at them (Python keeps the host's).
+rm -rf .tools && mkdir -p .tools/bin .tools/libexec .tools/lib
+for exe in /usr/sbin/nginx /usr/bin/wrk; do
+  [ -x "$exe" ] || apt-get install -y -q --no-install-recommends nginx-light wrk >/dev/null
+  name=$(basename "$exe")
+  cp "$exe" .tools/libexec/
+  ldd "$exe" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libpthread|libgcc_s' \
+    | xargs -r cp -n -t .tools/lib/
+  printf '#!/bin/sh\nd=$(dirname "$0")/..\nLD_LIBRARY_PATH="$d/lib" exec "$d/libexec/%s" "$@"\n' \
+    "$name" > ".tools/bin/$name"
+  chmod +x ".tools/bin/$name"
+done
+du -sh .whl .llama .data .tools
