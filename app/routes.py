@@ -58,7 +58,7 @@ USAGE_ROWS = 1000  # GET /v1/usage lists the newest this many requests
 
 
 class RouterLike(Protocol):
-    def decide(self, q: Query) -> Decision: ...
+    def decide(self, q: Query, explain: bool = True) -> Decision: ...
 
 
 @dataclass
@@ -157,6 +157,8 @@ def decide_for(gw: Gateway, key: ApiKey | None, model: str, q: Query, needs: Nee
     if used < gw.budget_steer_at:
         return decide(gw, model, q, needs, arriving), None
     d = decide(gw, model, replace(q, policy="min-energy"), needs, arriving)
+    if arriving:
+        return d, used
     return replace(d, reason=f"{d.reason}; key '{key.name}' has used {used:.0%} of its "
                              "joule budget: steered to the fewest expected joules"), used
 
@@ -243,7 +245,8 @@ def _forced(gw: Gateway, model: str, q: Query, needs: Needs) -> Decision | None:
 def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs(),
            arriving: bool = True) -> Decision:
     """The decision for a request; `q.unavailable` backends are avoided.
-    `arriving`: the request will run (a dry run through /v1/route does not)."""
+    `arriving`: the request will run; a dry run (/v1/route) does not, and
+    gets the decision explained (reason, probabilities, candidates)."""
     if model in ("auto", gw.catalog.defaults.model):
         fits = {b.name for b in needs.fitting(gw.catalog.backends)}
         unfit = {b.name for b in gw.catalog.backends} - fits
@@ -252,7 +255,8 @@ def decide(gw: Gateway, model: str, q: Query, needs: Needs = Needs(),
         try:
             running = gw.traffic.expect(gw.pool.outstanding(), arriving)
             d = gw.router.decide(replace(q, concurrency=running,
-                                         unavailable=q.unavailable | down | unfit))
+                                         unavailable=q.unavailable | down | unfit),
+                                 explain=not arriving)
         except Unroutable:
             full = not down - saturated(gw)  # every backend is up but full
             gw.metrics.request("none", "none", "auto", "none",

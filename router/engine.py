@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from router.classifier import Classifier
 from router.complexity import ComplexityModel, complexity
@@ -77,7 +77,10 @@ class Router:
                                        quality)
         return Assessment(probs, max(probs, key=lambda k: probs[k]), cx, cands)
 
-    def decide(self, q: Query) -> Decision:
+    def decide(self, q: Query, explain: bool = True) -> Decision:
+        """The action for `q`. `explain`: with the reason in words, the rounded
+        category probabilities and every candidate (for /v1/route and
+        evaluations; a forwarded request reads none of them)."""
         a = self.assess(q)
         probs, category, cx, cands = a.probabilities, a.category, a.complexity, a.candidates
         target = tolerance = None
@@ -93,22 +96,14 @@ class Router:
         baseline = next((x.expected_joules for x in cands
                          if x.spec.tier == self._baseline_tier and x.spec.strategy == "direct"),
                         None)
-        joules = f"{c.expected_joules:.1f} J" if c.expected_joules is not None else "no curve"
-        judged = f"complexity {cx:.2f}; " if cx is not None else ""
-        waking = _waking_note(c, cands)
-        return Decision(
+        d = Decision(
             tier=c.spec.tier, backend=c.spec.backend, strategy=c.spec.strategy,  # type: ignore[arg-type]
             max_tokens=max_tokens, thinking_budget=budget, category=category,
-            category_probabilities={k: round(v, 4) for k, v in probs.items()},
             expected_joules=c.expected_joules, expected_quality=round(c.expected_quality, 4),
-            policy=q.policy,
-            reason=f"{category} ({probs[category]:.0%}); {judged}{c.spec.key} at {joules}"
-                   f" ({c.pricing}{waking}), quality {c.expected_quality:.3f}; {choice.reason}",
-            baseline_joules=baseline, degraded=degraded, joule_cap_met=choice.cap_met,
-            complexity=None if cx is None else round(cx, 4),
-            quality_target=target if q.policy == "balanced" else None,
-            candidates=tuple(_describe(x) for x in cands),
-        )
+            policy=q.policy, baseline_joules=baseline, degraded=degraded,
+            joule_cap_met=choice.cap_met, complexity=None if cx is None else round(cx, 4),
+            quality_target=target if q.policy == "balanced" else None)
+        return _explained(d, choice, probs, cx) if explain else d
 
     def _next_best(self, ideal: Choice, q: Query, tolerance: float | None
                    ) -> tuple[Choice, str]:
@@ -121,6 +116,20 @@ class Router:
         note = f"degraded: {wanted.key} wanted but {wanted.backend} is unavailable"
         return (Choice(choice.chosen, f"{choice.reason}; {note}", ideal.candidates,
                        choice.cap_met), wanted.key)
+
+
+def _explained(d: Decision, choice: Choice, probs: Mapping[str, float],
+               cx: float | None) -> Decision:
+    """`d` with its reason in words, rounded probabilities and candidates."""
+    c, cands = choice.chosen, list(choice.candidates)
+    joules = f"{c.expected_joules:.1f} J" if c.expected_joules is not None else "no curve"
+    judged = f"complexity {cx:.2f}; " if cx is not None else ""
+    return replace(
+        d, category_probabilities={k: round(v, 4) for k, v in probs.items()},
+        reason=f"{d.category} ({probs[d.category]:.0%}); {judged}{c.spec.key} at {joules}"
+               f" ({c.pricing}{_waking_note(c, cands)}), quality {c.expected_quality:.3f};"
+               f" {choice.reason}",
+        candidates=tuple(_describe(x) for x in cands))
 
 
 def _describe(c: Candidate) -> dict[str, object]:

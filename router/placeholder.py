@@ -22,7 +22,7 @@ class PlaceholderRouter:
         self._default_max_tokens = default_max_tokens
         self._long = long_prompt_chars
 
-    def decide(self, q: Query) -> Decision:
+    def decide(self, q: Query, explain: bool = True) -> Decision:
         hard = len(q.text) > self._long or bool(_HARD.search(q.text))
         tier = self._tiers[-1] if hard else self._tiers[0]
         why = "long or code/math keywords" if hard else "short, no code/math keywords"
