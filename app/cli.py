@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -207,8 +209,18 @@ def _start_agent(devices: list[Device], sample_hz: float, host: str, port: int
 
     metered = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in devices}
     samplers = start_samplers(metered.values(), sample_hz)
-    server, _ = start_agent(host, port, metered, Metrics(CollectorRegistry()))
+    server, _ = start_agent(host, port, metered, Metrics(CollectorRegistry()), _new_loop())
     return server, samplers, metered
+
+
+def _new_loop() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop where it is installed (uvicorn[standard] brings it;
+    several times less CPU per agent call), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 def _agent(args: argparse.Namespace) -> int:

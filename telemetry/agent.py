@@ -73,10 +73,12 @@ def _figure(figure: EnergyFigure | None, wid: str) -> Answer:
 class AgentServer:
     """The agent's HTTP server: an asyncio loop on a thread of its own."""
 
-    def __init__(self, devices: dict[str, MeteredDevice], metrics: Metrics) -> None:
+    def __init__(self, devices: dict[str, MeteredDevice], metrics: Metrics,
+                 new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+                 ) -> None:
         self.devices = devices
         self.metrics = metrics
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_loop()
         self._server: asyncio.Server | None = None
         self._waiting: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._rates: dict[tuple[float, ...], TokenRates] = {}
@@ -298,9 +300,11 @@ async def _send(writer: asyncio.StreamWriter, reply: Reply, close: bool) -> None
     await writer.drain()
 
 
-def start_agent(host: str, port: int, devices: dict[str, MeteredDevice],
-                metrics: Metrics) -> tuple[AgentServer, threading.Thread]:
-    """Serve in a background thread; `server.shutdown()` stops it."""
+def start_agent(host: str, port: int, devices: dict[str, MeteredDevice], metrics: Metrics,
+                new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+                ) -> tuple[AgentServer, threading.Thread]:
+    """Serve in a background thread; `server.shutdown()` stops it. `new_loop`:
+    the event loop's maker (the CLI gives uvloop's where it is installed)."""
     metrics.watch_devices(lambda: [d.view() for d in devices.values()])
-    server = AgentServer(devices, metrics)
+    server = AgentServer(devices, metrics, new_loop)
     return server, server.start(host, port)

@@ -1,0 +1,126 @@
+"""The agent's CPU per window call exchange, by event loop (asyncio's, uvloop's).
+
+    python -m bench.agent_calls [--rounds 5 --exchanges 3000]
+        -> bench/results/agent-calls.json
+
+Starts `telemetry.agent` in a process of its own (estimate meter) with each
+loop in turn, sends it open and close batches of one call each over one
+keep-alive connection, one at a time (what a gateway at one connection
+sends), and reads the agent process's CPU from /proc. Rounds alternate the
+loops, so that this VM's drifting speed affects both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from app.embedded import free_port
+from bench.gpu_common import project_commit
+from bench.process import cpu_s
+from workers.local import ROOT
+
+LOOPS = ("asyncio", "uvloop")
+
+
+def serve(loop: str, port: int) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from telemetry.agent import start_agent
+    from telemetry.devices import DeviceSpec, metered_device
+    from telemetry.metrics import Metrics
+
+    new_loop = asyncio.new_event_loop
+    if loop == "uvloop":
+        import uvloop
+        new_loop = uvloop.new_event_loop
+    device = metered_device(DeviceSpec("cpu", "local", "estimate", 0, 10.0, 50.0, 10.0), 0.1)
+    start_agent("127.0.0.1", port, {"cpu": device}, Metrics(CollectorRegistry()), new_loop)
+    print("ready", flush=True)
+    time.sleep(3600)
+
+
+class Client:
+    """Batches of one call over one keep-alive connection, one at a time."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.file = self.sock.makefile("rb")
+
+    def call(self, call: dict[str, Any]) -> Any:
+        body = json.dumps({"calls": [call]}).encode()
+        self.sock.sendall(b"POST /v1/windows/batch HTTP/1.1\r\nhost: agent\r\n"
+                          b"content-length: %d\r\n\r\n" % len(body) + body)
+        length = 0
+        while (line := self.file.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return json.loads(self.file.read(length))["results"][0]["body"]
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def measure(loop: str, exchanges: int) -> dict[str, float]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.agent_calls", "--serve", loop,
+                             "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        client = Client(port)
+        for _ in range(200):  # warm up
+            client.call({"call": "open", "device": "cpu"})
+        before, start = cpu_s(proc.pid), time.perf_counter()
+        for _ in range(exchanges // 2):
+            window = client.call({"call": "open", "device": "cpu"})["window"]
+            client.call({"call": "close", "device": "cpu", "window": window,
+                         "points": [[0.001, 9, 1]]})
+        seconds = time.perf_counter() - start
+        cpu = cpu_s(proc.pid) - before
+        client.close()
+        return {"exchanges_per_s": round(exchanges / seconds),
+                "agent_cpu_us_per_exchange": round(1e6 * cpu / exchanges, 1)}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--exchanges", type=int, default=3000)
+    parser.add_argument("--serve", choices=LOOPS, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "agent-calls.json")
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port)
+        return
+    rounds: dict[str, list[dict[str, float]]] = {loop: [] for loop in LOOPS}
+    for _ in range(args.rounds):
+        for loop in LOOPS:
+            rounds[loop].append(measure(loop, args.exchanges))
+            print(loop, rounds[loop][-1], flush=True)
+    results = {"commit": project_commit(), "exchanges_per_round": args.exchanges,
+               "rounds": rounds,
+               "median_agent_cpu_us_per_exchange": {
+                   loop: statistics.median(r["agent_cpu_us_per_exchange"] for r in rs)
+                   for loop, rs in rounds.items()}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results["median_agent_cpu_us_per_exchange"]))
+
+
+if __name__ == "__main__":
+    main()
