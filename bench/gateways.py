@@ -158,7 +158,8 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
     state = work / f"state-{port}"
     env = dict(os.environ, JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
                JOULEGATE_LOG_LEVEL="warning", JOULEGATE_STATE_DIR=str(state),
-               PYTHONPATH=str(root))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(root),
+                                                        os.environ.get("PYTHONPATH")])))
     extra = ["--workers", str(workers)] if workers > 1 else []
     return subprocess.Popen([sys.executable, "-m", "app.cli", "serve", *extra], env=env, cwd=root,
                             stdout=(work / f"joulegate-{port}.log").open("wb"),

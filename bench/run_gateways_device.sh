@@ -14,7 +14,7 @@ export PYTHONPATH=/tmp/site:$PWD PATH=$PWD/.tools/bin:$PATH
 out="${OUT:-bench/results}"
 python3 - <<'PY'
 import os, time
-def spin(n=3_000_000):
+def spin(n=30_000_000):
     t = time.perf_counter(); sum(range(n)); return time.perf_counter() - t
 alone = spin()
 pid = os.fork()
