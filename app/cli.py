@@ -167,19 +167,24 @@ def _names(text: str | None) -> list[str] | None:
 
 def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: str,
                      port: int) -> int:
-    """N gateway processes on one port. Energy is metered once, by an agent: the
+    """N gateway processes on one port (app.processes: a listening socket
+    each). Energy is metered once, by an agent: the
     one JOULEGATE_AGENT_URL names, or one started here in this (parent)
     process; metrics are merged across the processes (Prometheus multiprocess
     mode); learned lengths are saved by each process to the same file."""
     import os
     import tempfile
 
-    import uvicorn
-
     from app.database import migrate
     from app.embedded import free_port
+    from app.processes import Processes, ServeConfig, listening_socket
 
     migrate(settings.database())  # once, before the processes open the database
+    try:
+        sockets = [listening_socket(host, port) for _ in range(workers)]
+    except OSError as exc:
+        print(f"cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 2
 
     env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve())}
     if not settings.agent_url:
@@ -192,9 +197,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     env.setdefault("PROMETHEUS_MULTIPROC_DIR", os.environ.get(
         "PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="joulegate-metrics-"))
     os.environ.update(env)
-    uvicorn.run("app.factory:app_from_env", factory=True, workers=workers, host=host,
-                port=port, log_level=settings.log_level, access_log=False, server_header=False)
-    return 0
+    return Processes(ServeConfig("app.factory:app_from_env", host, port, settings.log_level),
+                     sockets).run()
 
 
 def _start_agent(devices: list[Device], sample_hz: float, host: str, port: int

@@ -20,15 +20,32 @@ from workers.local import ROOT, wait_healthy
 pytestmark = pytest.mark.integration
 
 
-def test_two_processes_answer_meter_and_count_together(workers: Workers,
-                                                         tmp_path: Path) -> None:
+def _serve_two(workers: Workers, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
     models = models_file(workers, tmp_path)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOULEGATE_", "PROMETHEUS_"))}
-    env.update(JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port))
+    env.update(JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
+               JOULEGATE_STATE_DIR=str(tmp_path / "state"))
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--workers", "2"],
                             env=env, cwd=ROOT, stdout=(tmp_path / "log").open("wb"),
                             stderr=subprocess.STDOUT)
+    return proc, port
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_two_processes_answer_meter_and_count_together(workers: Workers,
+                                                         tmp_path: Path) -> None:
+    proc, port = _serve_two(workers, tmp_path)
     try:
         wait_healthy(f"http://127.0.0.1:{port}/readyz", 90, proc)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
@@ -46,3 +63,30 @@ def test_two_processes_answer_meter_and_count_together(workers: Workers,
         proc.terminate()
         proc.wait(timeout=30)
     assert "energy metered by the agent" in (tmp_path / "log").read_text()
+
+
+def test_a_gateway_process_that_dies_is_replaced_and_no_request_is_lost(
+        workers: Workers, tmp_path: Path) -> None:
+    """Each process accepts on a socket of its own; the parent keeps them open,
+    so connections the kernel sends to a dead process's socket wait for its
+    replacement instead of being refused."""
+    proc, port = _serve_two(workers, tmp_path)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    body = {"model": "small", "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 2}
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 90, proc)
+        gateways = {p for p in _children(proc.pid)
+                    if b"multiprocessing" in Path(f"/proc/{p}/cmdline").read_bytes()
+                    and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()}
+        assert len(gateways) == 2
+        victim = min(gateways)
+        os.kill(victim, 9)
+        for _ in range(12):  # fresh connections: some hash to the dead process's socket
+            with httpx.Client(timeout=60) as client:
+                assert client.post(url, json=body).status_code == 200
+        assert victim not in _children(proc.pid)
+        assert "exited (-9): starting another" in (tmp_path / "log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
