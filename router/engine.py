@@ -12,6 +12,8 @@ from router.complexity import ComplexityModel, complexity
 from router.decision import Decision, Query, Unroutable
 from router.policy import Candidate, Choice, Policy
 
+MAX_TARGETS_KEPT = 64  # quality targets whose tolerance is remembered
+
 
 @dataclass(frozen=True)
 class Targets:
@@ -22,8 +24,12 @@ class Targets:
     _memo: dict[float, float] = field(default_factory=dict, compare=False, repr=False)
 
     def tolerance(self, target: float) -> float:
+        """Remembered per target; a client may send any target in its header
+        (x-joulegate-quality-target), so at most MAX_TARGETS_KEPT are kept."""
         known = self._memo.get(target)
         if known is None:
+            if len(self._memo) >= MAX_TARGETS_KEPT:
+                self._memo.clear()
             known = self._memo[target] = self._tolerance(target)
         return known
 

@@ -13,7 +13,7 @@ from app.complexity_training import apgr_cpt
 from app.routing import LengthBook, build_router
 from router.complexity import calibrate_ability, complexity, sigmoid
 from router.decision import Query
-from router.engine import Targets
+from router.engine import MAX_TARGETS_KEPT, Targets
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +34,14 @@ def test_targets_interpolate_and_tighten() -> None:
     assert t.tolerance(0.925) == pytest.approx(0.15)
     assert t.tolerance(0.8) == 0.2 and t.tolerance(1.0) == 0.0
     assert t.tolerance(0.995) < 0.02
+
+
+def test_targets_remember_a_bounded_number_of_client_targets() -> None:
+    t = Targets({0.9: 0.2, 0.95: 0.1, 0.99: 0.02})
+    for i in range(1000):  # any target a client sends in its header
+        t.tolerance(0.9 + i * 1e-5)
+    assert len(t._memo) <= MAX_TARGETS_KEPT
+    assert t.tolerance(0.925) == pytest.approx(0.15)
 
 
 def test_apgr_of_perfect_random_and_inverse_routers() -> None:
