@@ -57,6 +57,7 @@ class Client:
         self.file = self.sock.makefile("rb")
 
     def call(self, call: dict[str, Any]) -> Any:
+        """The call's answer body, or None when the agent refused it."""
         body = json.dumps({"calls": [call]}).encode()
         self.sock.sendall(b"POST /v1/windows/batch HTTP/1.1\r\nhost: agent\r\n"
                           b"content-length: %d\r\n\r\n" % len(body) + body)
@@ -65,17 +66,24 @@ class Client:
             name, _, value = line.partition(b":")
             if name.strip().lower() == b"content-length":
                 length = int(value)
-        return json.loads(self.file.read(length))["results"][0]["body"]
+        try:
+            result = json.loads(self.file.read(length))["results"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+        return result["body"] if result.get("status") == 200 else None
 
     def close(self) -> None:
         self.file.close()
         self.sock.close()
 
 
-def measure(loop: str, exchanges: int) -> dict[str, float]:
+def measure(loop: str, exchanges: int) -> dict[str, Any]:
+    """One round; failed calls are counted, a broken connection ends the round
+    with its error."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "bench.agent_calls", "--serve", loop,
                              "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE)
+    failed = 0
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         client = Client(port)
@@ -83,14 +91,19 @@ def measure(loop: str, exchanges: int) -> dict[str, float]:
             client.call({"call": "open", "device": "cpu"})
         before, start = cpu_s(proc.pid), time.perf_counter()
         for _ in range(exchanges // 2):
-            window = client.call({"call": "open", "device": "cpu"})["window"]
-            client.call({"call": "close", "device": "cpu", "window": window,
-                         "points": [[0.001, 9, 1]]})
+            opened = client.call({"call": "open", "device": "cpu"})
+            closed = opened and client.call({"call": "close", "device": "cpu",
+                                             "window": opened["window"],
+                                             "points": [[0.001, 9, 1]]})
+            failed += (not opened) + (not closed)
         seconds = time.perf_counter() - start
         cpu = cpu_s(proc.pid) - before
         client.close()
         return {"exchanges_per_s": round(exchanges / seconds),
-                "agent_cpu_us_per_exchange": round(1e6 * cpu / exchanges, 1)}
+                "agent_cpu_us_per_exchange": round(1e6 * cpu / exchanges, 1),
+                "failed_calls": failed}
+    except OSError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "failed_calls": failed}
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -107,20 +120,22 @@ def main() -> None:
     if args.serve:
         serve(args.serve, args.port)
         return
-    rounds: dict[str, list[dict[str, float]]] = {loop: [] for loop in LOOPS}
-    for _ in range(args.rounds):
-        for loop in LOOPS:
-            rounds[loop].append(measure(loop, args.exchanges))
-            print(loop, rounds[loop][-1], flush=True)
-    results = {"commit": project_commit(), "exchanges_per_round": args.exchanges,
-               "rounds": rounds,
-               "median_agent_cpu_us_per_exchange": {
-                   loop: statistics.median(r["agent_cpu_us_per_exchange"] for r in rs)
-                   for loop, rs in rounds.items()}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results["median_agent_cpu_us_per_exchange"]))
-
+    rounds: dict[str, list[dict[str, Any]]] = {loop: [] for loop in LOOPS}
+    results: dict[str, Any] = {"commit": project_commit(),
+                               "exchanges_per_round": args.exchanges, "rounds": rounds}
+    try:
+        for _ in range(args.rounds):
+            for loop in LOOPS:
+                rounds[loop].append(measure(loop, args.exchanges))
+                print(loop, rounds[loop][-1], flush=True)
+    finally:
+        results["median_agent_cpu_us_per_exchange"] = {
+            loop: statistics.median(measured) if (measured := [
+                r["agent_cpu_us_per_exchange"] for r in rs if "agent_cpu_us_per_exchange" in r])
+            else None for loop, rs in rounds.items()}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps(results["median_agent_cpu_us_per_exchange"]))
 
 if __name__ == "__main__":
     main()
