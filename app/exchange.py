@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import TracebackType
 from typing import Any
-
-import anyio
 
 from app import jsonio, sse
 from app.keys import ApiKey
@@ -31,11 +30,14 @@ from app.pool import NoReplica, ReplicaPool, ReplicaState
 from app.spend import UsageRow
 from app.upstream import Upstream, UpstreamError, UpstreamResponse
 from app.usage import Prior, chunk_text, loop_chunk, plus_prior, usage_tokens
+from app.watch import shielded
 from router.decision import Decision
 from router.loopguard import LoopGuard
 from telemetry.metrics import Metrics
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, TokenTimeline
+
+log = logging.getLogger("joulegate.exchange")
 
 # Outcomes that say the replica is unwell (its breaker counts them).
 _REPLICA_FAULTS = {"upstream_timeout", "upstream_broken", "upstream_invalid"}
@@ -140,8 +142,7 @@ class Exchange:
                 continue
             except BaseException:  # cancelled (the client left) while sending
                 pool.release(state)
-                with anyio.CancelScope(shield=True):
-                    await self.parts.meter.abandon(window)
+                await shielded(self.parts.meter.abandon(window))
                 raise
             self.state, self.window = state, window
             return
@@ -233,8 +234,7 @@ class Exchange:
             self.status = f"upstream_{exc.kind}"
         elif exc is not None and self.status == "ok":
             self.status = "error"
-        with anyio.CancelScope(shield=True):
-            await self.end()
+        await shielded(self.end())
 
     def _own(self, window: str, key_id: str) -> None:
         owners = self.parts.owners
@@ -243,11 +243,14 @@ class Exchange:
         owners[window] = key_id
 
     async def end(self) -> EnergyFigure | None:
-        """Release everything, once; returns the (provisional) energy figure."""
+        """Release everything, once; returns the (provisional) energy figure.
+        The rest of the request's bookkeeping (metrics, token budgets, its
+        usage row) runs right after, once the response is on its way: the
+        client does not wait for it."""
         if self._ended:
             return self.figure
         self._ended = True
-        p, fw, d = self.parts, self.fw, self.fw.decision
+        p, fw = self.parts, self.fw
         usage = self.usage_event.get("usage") if self.usage_event else None
         prompt, completion = usage_tokens(usage, fw.prompt_tokens_estimate, self.decode)
         if self.response is not None:
@@ -261,19 +264,33 @@ class Exchange:
         self.timeline.mark(prompt, completion)
         figure = await p.meter.close(self.window, self.timeline.points())
         self.figure = plus_prior(figure, fw.prior)
-        if self.count:
-            p.metrics.request(d.tier, d.backend, fw.route, d.category, self.status)
-            if self.status == "ok":
-                p.on_complete(d, completion + (fw.prior.completion_tokens if fw.prior else 0))
-        upstream_s = time.perf_counter() - self._sent_at
-        p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
-        p.metrics.tokens(d.tier, d.backend, prompt, completion)
-        total_s = time.perf_counter() - fw.received_at
-        p.metrics.observe_overhead(max(0.0, total_s - upstream_s))
+        ended_s = time.perf_counter()
         if not isinstance(usage, dict):  # ended before the worker's usage chunk
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
         self.usage = usage
+        asyncio.get_running_loop().call_soon(self._record, prompt, completion, ended_s)
+        return self.figure
+
+    def _record(self, prompt: int, completion: int, ended_s: float) -> None:
+        """Metrics, token budgets and the usage row of an ended request."""
+        try:
+            self._book(prompt, completion, ended_s)
+        except Exception:  # bookkeeping must not fail quietly, nor stop the loop
+            log.exception("recording %s %s", self.fw.decision.backend, self.window)
+
+    def _book(self, prompt: int, completion: int, ended_s: float) -> None:
+        p, fw, d = self.parts, self.fw, self.fw.decision
+        if self.count:
+            p.metrics.request(d.tier, d.backend, fw.route, d.category, self.status)
+            if self.status == "ok":
+                p.on_complete(d, completion + (fw.prior.completion_tokens if fw.prior else 0))
+        upstream_s = ended_s - self._sent_at
+        p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
+        p.metrics.tokens(d.tier, d.backend, prompt, completion)
+        total_s = ended_s - fw.received_at
+        p.metrics.observe_overhead(max(0.0, total_s - upstream_s))
+        usage = self.usage or {}
         if fw.key is not None and self.count:  # all prompt tokens, cached or not
             total = usage.get("total_tokens")
             p.on_tokens(fw.key.id, total if isinstance(total, int) else prompt + completion)
@@ -288,7 +305,6 @@ class Exchange:
                 p.on_usage(row)
         else:  # the final figure comes with the next counter step or so
             p.meter.when_final(self.window, partial(_settled, p, d, row))
-        return self.figure
 
 
 def _settled(p: Parts, d: Decision, row: UsageRow | None, figure: EnergyFigure | None

@@ -159,9 +159,11 @@ class LocalMeter:
     def when_final(self, window: str, done: Done) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._waiting.add(window, done, loop.time() + self._timeout_s)
-        figure = self._result(window)  # after adding: a step may have finalized it since
-        if figure is None or figure.final:
-            loop.call_soon(self._waiting.give, window, figure)
+        device, wid = _split(window)
+        ledger = self._ledgers.get(device)
+        # After adding: a step may have finalized it since.
+        if ledger is None or not ledger.waiting(wid):
+            loop.call_soon(self._waiting.give, window, self._result(window))
         elif self._sweeper is None:
             self._sweeper = loop.call_later(SWEEP_S, self._sweep)
 

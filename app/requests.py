@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.errors import ApiError, bad_request
+from app.jsonio import loads_exact
 
 MAX_JSON_DEPTH = 32  # OpenAI bodies nest ~6 deep (tools' JSON schemas more)
 MAX_TOKENS_LIMIT = 2**31 - 1  # what workers' 32-bit token counts hold
@@ -109,7 +110,7 @@ def parse_json(raw: bytes, limit_bytes: int) -> dict[str, Any]:
     if len(raw) > limit_bytes:
         raise body_too_large(limit_bytes)
     try:
-        data = json.loads(raw)  # the standard library's meaning, big integers included
+        data = loads_exact(raw)  # the standard library's meaning, big integers included
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"Request body is not valid JSON: {exc}", None, "invalid_json") from None
     except RecursionError:

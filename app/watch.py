@@ -11,8 +11,8 @@ listen for the disconnect.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 WATCH_AFTER_S = 0.25
@@ -60,3 +60,39 @@ async def unless_left(work: Awaitable[T], disconnected: Disconnected | None) -> 
     if left:
         raise ClientLeft()
     return result
+
+
+async def shielded(coro: Coroutine[Any, Any, T]) -> T:
+    """`await coro`, run to its end even if the awaiting task is cancelled
+    meanwhile (the cancellation is raised after), as under asyncio.shield; but
+    a coroutine that ends without waiting (most request endings) costs no task."""
+    try:
+        first = coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    return await asyncio.shield(_resumed(coro, first))
+
+
+async def _resumed(coro: Coroutine[Any, Any, T], waiting_on: Any) -> T:
+    return await _Resume(coro, waiting_on)
+
+
+class _Resume(Awaitable[T]):
+    """A coroutine already started, continued from what it is waiting on."""
+
+    def __init__(self, coro: Coroutine[Any, Any, T], waiting_on: Any) -> None:
+        self._coro = coro
+        self._waiting_on = waiting_on
+
+    def __await__(self) -> Generator[Any, None, T]:
+        step = self._waiting_on
+        while True:
+            try:
+                try:
+                    yield step  # the task waits on what the coroutine waits on
+                except BaseException as exc:
+                    step = self._coro.throw(exc)
+                else:
+                    step = self._coro.send(None)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from router.decision import Decision
@@ -19,8 +18,10 @@ def rewrite_chat(
     body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
     thinking_mode: str = "native",
 ) -> dict[str, Any]:
-    """A copy of `body` for the worker; unknown fields are kept as they are."""
-    out = copy.deepcopy(body)
+    """A copy of `body` for the worker; unknown fields are kept as they are.
+    The copy is shallow: what it changes is replaced, never changed in place
+    (a long conversation is not copied message by message)."""
+    out = dict(body)
     out["model"] = upstream_model
     if not d.routed:
         return out

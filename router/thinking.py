@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 START_TAG = "<think>"
@@ -25,7 +24,7 @@ def llamacpp_fields(budget: int) -> dict[str, Any]:
 def vllm_think_body(body: dict[str, Any], budget: int, end_tag: str = END_TAG
                     ) -> dict[str, Any]:
     """The first request: think for at most `budget` tokens."""
-    out = copy.deepcopy(body)
+    out = dict(body)  # shallow: fields are replaced, never changed in place
     out.update(max_tokens=budget, stop=[end_tag], stream=False)
     out.pop("stream_options", None)
     return out
@@ -48,7 +47,7 @@ def close_span(thinking: str, start_tag: str = START_TAG, end_tag: str = END_TAG
 def continuation_body(body: dict[str, Any], prefix: str, max_tokens: int | None
                       ) -> dict[str, Any]:
     """The second request: continue the assistant message after the closed span."""
-    out = copy.deepcopy(body)
+    out = dict(body)  # shallow: fields are replaced, never changed in place
     out["messages"] = [*out.get("messages", []), {"role": "assistant", "content": prefix}]
     out["continue_final_message"] = True
     out["add_generation_prompt"] = False

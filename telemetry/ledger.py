@@ -269,6 +269,12 @@ class Ledger:
             win = self._live.get(wid) or self._done.get(wid)
             return None if win is None else self._figure(win, provisional=not win.final)
 
+    def waiting(self, wid: str) -> bool:
+        """Whether the window is known and its figure not final yet."""
+        with self._lock:
+            win = self._live.get(wid)
+            return win is not None and not win.final
+
     def totals(self) -> Totals:
         with self._lock:
             return Totals(
