@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -149,6 +150,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         # young generation is collected every 50,000 allocations, not 700: a
         # request allocates hundreds of short-lived objects, which reference
         # counting frees; only cycles wait longer.
+        flusher = asyncio.create_task(metrics.flushing())
         gc.collect()
         gc.freeze()
         thresholds = gc.get_threshold()
@@ -160,6 +162,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             gc.set_threshold(*thresholds)
             await checker.stop()
             await proxy.drain()
+            flusher.cancel()  # flushes once more
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
             book.save()
             for s in samplers:
                 s.stop()

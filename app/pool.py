@@ -175,10 +175,13 @@ class ReplicaPool:
         """The most requests the backends hold and queue together."""
         return self._limit
 
+    def accepts(self, backend: str) -> bool:
+        """Whether a new request can be sent to `backend` now (up and not saturated)."""
+        return self.backend_up(backend) and not self.backend_saturated(backend)
+
     def accepting(self) -> frozenset[str]:
-        """Backends a new request can be sent to now (up and not saturated)."""
-        return frozenset(name for name in self._states
-                         if self.backend_up(name) and not self.backend_saturated(name))
+        """Backends a new request can be sent to now."""
+        return frozenset(name for name in self._states if self.accepts(name))
 
     def retry_after_s(self, backend: str) -> float:
         now = self._clock()

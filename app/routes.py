@@ -129,7 +129,7 @@ def authorize(gw: Gateway, request: Request, generates: bool = True) -> ApiKey |
     key's energy budget is spent or it is over its rates."""
     if gw.keys is None or not gw.keys.active():
         return None
-    scheme, _, secret = request.headers.get("authorization", "").partition(" ")
+    scheme, _, secret = (_header(request, b"authorization") or "").partition(" ")
     key = gw.keys.find(secret.strip()) if scheme.lower() == "bearer" and secret else None
     if key is None:
         raise invalid_api_key()
@@ -175,13 +175,25 @@ def _admin_store(request: Request) -> KeyStore:
     return gw.keys.store
 
 
+def _header(request: Request, name: bytes) -> str | None:
+    """A request header by its lower-case name (the first of that name), from
+    an index of the request's headers built once (Starlette's `headers` scans
+    them all, and raises inside for every header that is absent)."""
+    scope = request.scope
+    index: dict[bytes, bytes] | None = scope.get("joulegate.headers")
+    if index is None:
+        index = scope["joulegate.headers"] = dict(reversed(list(scope["headers"])))
+    value = index.get(name)
+    return None if value is None else value.decode("latin-1")
+
+
 def _gw(request: Request) -> Gateway:
     gw: Gateway = request.app.state.gateway
     return gw
 
 
 def _quality_target(request: Request) -> float | None:
-    raw = request.headers.get("x-joulegate-quality-target")
+    raw = _header(request, b"x-joulegate-quality-target")
     if raw is None:
         return None
     try:
@@ -195,14 +207,14 @@ def _quality_target(request: Request) -> float | None:
 
 
 def _policy(request: Request, default: Policy) -> tuple[Policy, float | None]:
-    raw = request.headers.get("x-joulegate-policy")
+    raw = _header(request, b"x-joulegate-policy")
     policy: Policy = default
     if raw is not None:
         if raw not in POLICIES:
             raise bad_request(
                 f"x-joulegate-policy must be one of {', '.join(POLICIES)}", "x-joulegate-policy")
         policy = raw
-    cap = request.headers.get("x-joulegate-max-joules")
+    cap = _header(request, b"x-joulegate-max-joules")
     max_j = None
     if cap is not None:
         try:
@@ -221,9 +233,8 @@ def _forced(gw: Gateway, model: str, q: Query, needs: Needs) -> Decision | None:
     backend: Backend | None
     if model in gw.catalog.tiers:
         fits = needs.fitting(gw.catalog.backends_of(model))
-        accepting = gw.pool.accepting()
         backend = next((b for b in fits
-                        if b.name in accepting and b.name not in q.unavailable), None)
+                        if b.name not in q.unavailable and gw.pool.accepts(b.name)), None)
         if backend is None:
             busy = next((b for b in fits if b.name not in q.unavailable), None)
             if busy is None:
@@ -313,10 +324,10 @@ def plan(gw: Gateway, request: Request, model: str, q: Query, needs: Needs, path
 
 
 async def _body(request: Request, limit: int) -> dict[str, Any]:
-    content_type = request.headers.get("content-type")
+    content_type = _header(request, b"content-type")
     if not is_json_type(content_type):
         raise unsupported_media_type(content_type)
-    declared = request.headers.get("content-length")
+    declared = _header(request, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise body_too_large(limit)  # refused before reading the body
     return parse_json(await _read(request, limit), limit)

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -14,6 +15,7 @@ import openai
 import pytest
 
 from app.embedded import free_port
+from telemetry.metrics import FLUSH_EVERY_S
 from tests.integration.conftest import Workers, models_file
 from workers.local import ROOT, wait_healthy
 
@@ -55,10 +57,17 @@ def test_two_processes_answer_meter_and_count_together(workers: Workers,
                 model=model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4)
             usage = r.usage.model_dump()  # type: ignore[union-attr]
             assert usage["energy_source"] == "estimate" and usage["energy_joules"] is not None
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-        counted = sum(float(v) for v in re.findall(
-            r'^joulegate_requests_total\{[^}]*status="ok"[^}]*\} ([\d.e+]+)$', text, re.M))
-        assert counted == 6  # both processes' requests, whichever one answered the scrape
+        # Both processes' requests, whichever one answers the scrape (each
+        # writes its counts every FLUSH_EVERY_S).
+        deadline = time.monotonic() + 10 * FLUSH_EVERY_S
+        while True:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            counted = sum(float(v) for v in re.findall(
+                r'^joulegate_requests_total\{[^}]*status="ok"[^}]*\} ([\d.e+]+)$', text, re.M))
+            if counted == 6 or time.monotonic() > deadline:
+                break
+            time.sleep(FLUSH_EVERY_S / 4)
+        assert counted == 6
     finally:
         proc.terminate()
         proc.wait(timeout=30)
