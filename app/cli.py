@@ -49,7 +49,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.workers <= 1:
         uvicorn.run(create_app(settings, catalog), host=host, port=port,
-                    log_level=settings.log_level, access_log=False, server_header=False)
+                    log_level=settings.log_level, access_log=False, server_header=False,
+                    proxy_headers=False)  # no X-Forwarded-* rewriting: no client address is read
         return 0
     return _serve_processes(args.workers, settings, catalog, host, port)
 

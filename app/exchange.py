@@ -101,6 +101,7 @@ class Exchange:
         self._rename: tuple[str, bytes, bytes] | None = None  # worker's model, as JSON, ours
         self._sent_at = 0.0
         self._ended = False
+        self._relay = True
 
     # -- taking ----------------------------------------------------------
     async def begin(self) -> None:
@@ -148,14 +149,16 @@ class Exchange:
             return
 
     # -- relaying --------------------------------------------------------
-    async def events(self, guard: LoopGuard | None = None
+    async def events(self, guard: LoopGuard | None = None, relay: bool = True
                      ) -> AsyncIterator[tuple[bytes, dict[str, Any] | None]]:
         """The worker's events as they arrive. The usage event is held back in
         `usage_event` (energy is added at the end); the response's `model` is
         the configured name; a worker's error event is put in the OpenAI
         envelope; the loop guard may stop the generation. A last event the
-        worker did not end with a blank line is passed on too."""
+        worker did not end with a blank line is passed on too. Not `relay`ed
+        (only their JSON is read), events keep the worker's model name."""
         assert self.response is not None
+        self._relay = relay
         guard = guard or LoopGuard()
         splitter = sse.EventSplitter()
         async for chunk in self.response.chunks():
@@ -197,7 +200,7 @@ class Exchange:
             self.decode += 1
             self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)
             self._last = obj
-        return self._renamed(event, obj), obj, text
+        return (self._renamed(event, obj) if self._relay else event), obj, text
 
     def renamed(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` with the configured model name (workers report file paths)."""

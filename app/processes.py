@@ -62,9 +62,11 @@ def _serve(config: ServeConfig, sock: socket.socket) -> None:
     """One gateway process (spawned): uvicorn on its own socket."""
     import uvicorn
 
+    # proxy_headers: no X-Forwarded-* rewriting per request (no client address is read)
     uvicorn.Server(uvicorn.Config(
         config.app, factory=True, host=config.host, port=config.port,
-        log_level=config.log_level, access_log=False, server_header=False)).run(sockets=[sock])
+        log_level=config.log_level, access_log=False, server_header=False,
+        proxy_headers=False)).run(sockets=[sock])
 
 
 class Processes:

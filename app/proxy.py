@@ -136,7 +136,7 @@ class Proxy:
         seen = False
         try:
             async with ex:
-                async for _, obj in ex.events():
+                async for _, obj in ex.events(relay=False):
                     if obj is not None and isinstance(obj.get("error"), dict):
                         raise UpstreamError("broken", str(obj["error"].get("message", obj)))
                     if obj is not None:
@@ -161,7 +161,7 @@ class Proxy:
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
             headers["x-joulegate-energy-source"] = figure.source
-        return Response(jsonio.dumps(body), media_type="application/json", headers=headers)
+        return JsonAnswer(jsonio.dumps(body), headers)
 
     async def energy(self, window: str) -> EnergyFigure | None:
         return await self.parts.meter.result(window)
@@ -169,6 +169,22 @@ class Proxy:
     async def drain(self, timeout_s: float = 5.0) -> None:
         """Shutting down: the final figures of requests already answered."""
         await self.parts.meter.drain(timeout_s)
+
+
+class JsonAnswer(Response):
+    """A 200 with a JSON body and the gateway's own headers (lower-case names):
+    Starlette's Response, without its general header handling."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, headers: dict[str, str]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        self.raw_headers = [(b"content-length", str(len(body)).encode()),
+                            (b"content-type", b"application/json"),
+                            *((k.encode("latin-1"), v.encode("latin-1"))
+                              for k, v in headers.items())]
 
 
 def response_headers(fw: Forward) -> dict[str, str]:
