@@ -327,15 +327,18 @@ class RemoteMeter:
         try:
             while self._waiting:
                 await asyncio.sleep(self._poll_s)
-                by_device: dict[str, list[str]] = {}
+                # Per device, one call for the windows waiting (final figures
+                # only) and one for those past their timeout (whatever figure
+                # they have).
+                due = set(self._waiting.due(loop.time()))
+                asks: dict[tuple[str, bool], list[str]] = {}
                 for window in self._waiting.windows():
                     device, wid = _split(window)
-                    by_device.setdefault(device, []).append(wid)
+                    asks.setdefault((device, window in due), []).append(wid)
                 answers = await asyncio.gather(*(
-                    self._call("results", device, windows=wids)
-                    for device, wids in by_device.items()))
-                due = set(self._waiting.due(loop.time()))
-                for (device, wids), answer in zip(by_device.items(), answers, strict=True):
+                    self._call("results", device, windows=wids, final_only=not past)
+                    for (device, past), wids in asks.items()))
+                for ((device, _), wids), answer in zip(asks.items(), answers, strict=True):
                     figures = answer.get("figures") if isinstance(answer, dict) else None
                     if not isinstance(figures, list) or len(figures) != len(wids):
                         # No answer: ask again next time; the windows past
@@ -343,6 +346,8 @@ class RemoteMeter:
                         self._give_due([f"{device}/{wid}" for wid in wids], due)
                         continue
                     for wid, data in zip(wids, figures, strict=True):
+                        if data == _PENDING:
+                            continue  # not final yet (and not past its timeout)
                         window, figure = f"{device}/{wid}", _figure(data)
                         if figure is None or figure.final or window in due:
                             self._waiting.give(window, figure)
@@ -356,6 +361,9 @@ class RemoteMeter:
 
     async def drain(self, timeout_s: float) -> None:
         await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone
+
+
+_PENDING = {"final": False}  # the agent's answer for a window not final yet (final_only)
 
 
 def _figure(data: Any) -> EnergyFigure | None:

@@ -31,6 +31,16 @@ log = logging.getLogger("joulegate.processes")
 STARTUP_FAILURE = 3  # uvicorn's exit status for an app that cannot start
 STOP_TIMEOUT_S = 30.0
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0)
+STEADY_S = 60.0  # a process that served this long before exiting restarts the backoff
+
+
+def restart_delay_s(restarts: int, ran_s: float) -> tuple[float, int]:
+    """The wait before starting again a process that exited after `ran_s`,
+    `restarts` times restarted in a row; and the count with this one. A
+    process that ran STEADY_S or more was not crash-looping: the count restarts."""
+    if ran_s >= STEADY_S:
+        restarts = 0
+    return RESTART_BACKOFF_S[min(restarts, len(RESTART_BACKOFF_S) - 1)], restarts + 1
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,7 @@ class Processes:
             signal.signal(sig, lambda *_: self._stop.set())
         processes = [self._start(s) for s in sockets]
         restarts = [0] * len(sockets)
+        started = [time.monotonic()] * len(sockets)
         status = 0
         while not self._stop.wait(0.5):
             for i, process in enumerate(processes):
@@ -103,9 +114,11 @@ class Processes:
                     break
                 log.warning("gateway process %s exited (%s): starting another", process.pid,
                             process.exitcode)
-                time.sleep(RESTART_BACKOFF_S[min(restarts[i], len(RESTART_BACKOFF_S) - 1)])
-                restarts[i] += 1
+                delay_s, restarts[i] = restart_delay_s(restarts[i],
+                                                       time.monotonic() - started[i])
+                time.sleep(delay_s)
                 processes[i] = self._start(sockets[i])
+                started[i] = time.monotonic()
         self._stop_all(processes)
         for s in sockets:
             s.close()

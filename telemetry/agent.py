@@ -8,8 +8,9 @@ per host, and gateways open and close their windows over HTTP:
     POST /v1/windows/close   {"device", "window", "points"}  -> EnergyFigure
     POST /v1/windows/result  {"device", "window", "wait_s"?} -> EnergyFigure (held until
                                                                 final, up to wait_s)
-    POST /v1/windows/results {"device", "windows": [window, ...]}
-                             -> {"figures": [EnergyFigure | null, ...]}, in order
+    POST /v1/windows/results {"device", "windows": [window, ...], "final_only"?}
+                             -> {"figures": [EnergyFigure | null, ...]}, in order;
+                             with final_only, a window not final yet is {"final": false}
     POST /v1/windows/batch   {"calls": [{"call": "open" | "close" | "result" | "results",
                              ...}]} -> {"results": [{"status", "body"}]}, in order (no
                              waiting)
@@ -64,6 +65,13 @@ def _json(status: int, obj: Any) -> Reply:
 def _error(status: int, message: str) -> Answer:
     return status, {"error": {"message": message, "type": "invalid_request_error",
                               "param": None, "code": None}}
+
+
+_PENDING = {"final": False}  # a window whose figure is not final yet (results, final_only)
+
+
+def _dict(figure: EnergyFigure | None) -> dict[str, Any] | None:
+    return None if figure is None else figure.as_dict()
 
 
 def _figure(figure: EnergyFigure | None, wid: str) -> Answer:
@@ -154,8 +162,10 @@ class AgentServer:
             wids = body.get("windows")
             if not isinstance(wids, list):
                 return _error(400, "windows must be a list of window ids")
-            return 200, {"figures": [None if f is None else f.as_dict()
-                                     for f in map(ledger.result, map(str, wids))]}
+            if body.get("final_only") is True:  # no provisional figures: not asked for
+                return 200, {"figures": [_PENDING if ledger.waiting(w) else _dict(ledger.result(w))
+                                         for w in map(str, wids)]}
+            return 200, {"figures": [_dict(ledger.result(w)) for w in map(str, wids)]}
         wid = str(body.get("window", ""))
         if call == "close":
             try:

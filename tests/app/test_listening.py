@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from app.processes import listening_socket
+from app.processes import STEADY_S, listening_socket, restart_delay_s
 
 
 def test_connections_spread_over_the_processes_sockets() -> None:
@@ -48,3 +48,12 @@ def test_a_port_in_use_without_reuse_port_is_refused() -> None:
             listening_socket("127.0.0.1", taken.getsockname()[1])
     finally:
         taken.close()
+
+
+def test_restarts_back_off_while_crash_looping_and_start_over_after_a_steady_run() -> None:
+    delays, restarts = [], 0
+    for _ in range(6):  # each process died at once
+        delay, restarts = restart_delay_s(restarts, 0.2)
+        delays.append(delay)
+    assert delays == [0.5, 1.0, 2.0, 5.0, 5.0, 5.0]
+    assert restart_delay_s(restarts, STEADY_S) == (0.5, 1)  # after an hour's service

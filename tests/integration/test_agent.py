@@ -132,11 +132,20 @@ def test_batch_answers_each_call_in_order(agent: tuple[str, AgentServer]) -> Non
         {"call": "result", "device": "cpu", "window": wid, "wait_s": 5},
         {"call": "close", "device": "cpu", "window": "w0", "points": []},
         {"call": "results", "device": "cpu", "windows": [wid, "w0"]},
-        {"call": "results", "device": "cpu", "windows": wid}]}).json()["results"]
-    assert [r["status"] for r in closed] == [200, 200, 404, 200, 400]
+        {"call": "results", "device": "cpu", "windows": wid},
+        {"call": "results", "device": "cpu", "windows": [wid, "w0"], "final_only": True},
+    ]}).json()["results"]
+    assert [r["status"] for r in closed] == [200, 200, 404, 200, 400, 200]
     assert closed[1]["body"]["final"] is False  # a batch never waits
     figures = closed[3]["body"]["figures"]
     assert figures[0]["net_j"] == closed[1]["body"]["net_j"] and figures[1] is None
+    # Asked for final figures only: a window still settling is just "not final".
+    assert closed[5]["body"]["figures"] == [{"final": False}, None]
+    final = httpx.post(url + "/v1/windows/result", json={
+        "device": "cpu", "window": wid, "wait_s": 5}).json()
+    assert final["final"] is True
+    assert httpx.post(url + "/v1/windows/results", json={
+        "device": "cpu", "windows": [wid], "final_only": True}).json() == {"figures": [final]}
     assert httpx.post(url + "/v1/windows/batch", json={"calls": 3}).status_code == 400
 
 

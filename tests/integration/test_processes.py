@@ -94,6 +94,9 @@ def test_a_gateway_process_that_dies_is_replaced_and_no_request_is_lost(
         for _ in range(12):  # fresh connections: some hash to the dead process's socket
             with httpx.Client(timeout=60) as client:
                 assert client.post(url, json=body).status_code == 200
+        deadline = time.monotonic() + 10  # the parent notices within its poll
+        while victim in _children(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert victim not in _children(proc.pid)
         assert "exited (-9): starting another" in (tmp_path / "log").read_text()
     finally:
