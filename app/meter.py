@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from app.jsonio import dumps, loads
 from app.upstream import Upstream, UpstreamError
-from telemetry.ledger import Ledger
+from telemetry.ledger import Ledger, WindowNames
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
 
@@ -183,15 +184,23 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024  # a batch's calls, encoded (the agent takes 1
 SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counter step)
 
 
+Curve = tuple[float, ...] | None  # an operating curve's coefficients (None: token counts)
+
+
 class AgentCalls:
     """Window calls to one agent, sent in batches: the calls made while a batch
     is on its way wait and go together in the next one. One request at a time
-    costs one exchange, as before; under load, one exchange carries many."""
+    costs one exchange, as before; under load, one exchange carries many.
+
+    Windows are named here and their openings waited for by nobody: the
+    openings made meanwhile go first in the next batch (before any call about
+    them), one call per device and curve."""
 
     def __init__(self, upstream: Upstream, base: str) -> None:
         self._upstream = upstream
         self._url = base.rstrip("/") + "/v1/windows/batch"
         self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._opening: dict[tuple[str, Curve], list[str]] = {}
         self._sender: asyncio.Task[None] | None = None
         self.exchanges = 0  # batches sent (tests, benchmarks)
 
@@ -199,13 +208,44 @@ class AgentCalls:
         """The call's answer body, or None when it failed (logged)."""
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((call, waiter))
+        self._send_soon()
+        return await waiter
+
+    def open(self, device: str, curve: Curve, wid: str) -> None:
+        """Open the window `wid` with the next batch; nothing waits for it."""
+        self._opening.setdefault((device, curve), []).append(wid)
+        self._send_soon()
+
+    def _send_soon(self) -> None:
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_all())
-        return await waiter
+
+    def _take_openings(self) -> None:
+        """The openings waiting, as calls at the head of the queue."""
+        loop = asyncio.get_running_loop()
+        calls = []
+        for (device, curve), wids in self._opening.items():
+            call: dict[str, Any] = {"call": "open", "device": device, "windows": wids}
+            if curve is not None:
+                call["curve"] = list(curve)
+            opened: asyncio.Future[Any] = loop.create_future()
+            opened.add_done_callback(partial(self._check_opened, len(wids)))
+            calls.append((call, opened))
+        self._opening = {}
+        self._queue[:0] = calls
+
+    def _check_opened(self, asked: int, opened: asyncio.Future[Any]) -> None:
+        answer = opened.result()
+        got = answer.get("windows") if isinstance(answer, dict) else None
+        if answer is not None and (not isinstance(got, list) or len(got) != asked):
+            log.warning("agent %s opened %s of %d windows (an agent older than the "
+                        "gateway does not take named windows: upgrade it)", self._url,
+                        len(got) if isinstance(got, list) else "none", asked)
 
     async def _send_all(self) -> None:
         try:
-            while self._queue:
+            while self._queue or self._opening:
+                self._take_openings()
                 batch, payload = self._next_batch()
                 try:
                     answers = await self._exchange(payload, len(batch))
@@ -216,6 +256,7 @@ class AgentCalls:
                     self._answer(batch, answers)
         finally:
             self._sender = None
+            self._take_openings()
             left, self._queue = self._queue, []
             self._answer(left, [None] * len(left))
 
@@ -234,14 +275,9 @@ class AgentCalls:
 
     def _answer(self, batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
                 answers: list[Any]) -> None:
-        for (call, waiter), answer in zip(batch, answers, strict=True):
+        for (_, waiter), answer in zip(batch, answers, strict=True):
             if not waiter.done():
                 waiter.set_result(answer)
-            elif call["call"] == "open" and answer:  # its request was cancelled:
-                # close the window it will never close
-                self._queue.append(({"call": "close", "device": call["device"],
-                                     "window": answer["window"], "points": []},
-                                    asyncio.get_running_loop().create_future()))
 
     async def _exchange(self, payload: bytes, calls: int) -> list[Any]:
         """One batch of `calls` calls; each one's body when it succeeded, else None."""
@@ -288,6 +324,7 @@ class RemoteMeter:
         self._poll_s = poll_s
         self._waiting = Waiting()
         self._poller: asyncio.Task[None] | None = None
+        self._names = WindowNames()
 
     async def _call(self, call: str, device: str, **body: Any) -> Any:
         agent = self._agents.get(device)
@@ -296,10 +333,15 @@ class RemoteMeter:
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:
-        # Progress stays here: the agent learns a request's tokens when it closes.
-        extra: dict[str, Any] = {} if rates.coef is None else {"curve": list(rates.coef)}
-        data = await self._call("open", device, **extra)
-        return None if not data else f"{device}/{data['window']}"
+        """A window named here and opened with the next batch: the request goes
+        to its worker without waiting for the agent. (Progress stays here: the
+        agent learns a request's tokens when it closes.)"""
+        agent = self._agents.get(device)
+        if agent is None:
+            return None
+        wid = self._names.next()
+        agent.open(device, None if rates.coef is None else tuple(rates.coef), wid)
+        return f"{device}/{wid}"
 
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
         if window is None:

@@ -5,6 +5,8 @@ needs every request on a device in one ledger, so the ledger lives here, one
 per host, and gateways open and close their windows over HTTP:
 
     POST /v1/windows/open    {"device", "curve"?}            -> {"window"}
+                             {"device", "curve"?, "windows": [id, ...]}
+                                                 -> {"windows": [the ids opened]}
     POST /v1/windows/close   {"device", "window", "points"}  -> EnergyFigure
     POST /v1/windows/result  {"device", "window", "wait_s"?} -> EnergyFigure (held until
                                                                 final, up to wait_s)
@@ -20,7 +22,9 @@ per host, and gateways open and close their windows over HTTP:
 Every request a gateway forwards opens and closes a window and asks for its
 final figure, so these must cost little. A gateway sends them in batches
 (app/meter.py: the calls its requests make while a batch is on its way go in
-the next one, and the final figures of all its waiting windows are asked for in one
+the next one, the windows it opened meanwhile in one `open` call per device
+and curve, named by the gateway so that no request waits for its opening,
+and the final figures of all its waiting windows are asked for in one
 `results` call every 100 ms), and
 one asyncio loop on its own thread serves them over keep-alive HTTP/1.1 (the
 standard library's threaded `http.server` cost ~1 ms of CPU a call, with a
@@ -36,6 +40,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +60,7 @@ JSON = "application/json"
 Reply = tuple[int, bytes, str]
 Answer = tuple[int, Any]  # status, JSON body
 WINDOW_CALLS = ("open", "close", "result", "results")
+_WINDOW_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_CURVES = 256  # operating curves remembered (one per backend a gateway sends)
 
 
@@ -180,7 +186,15 @@ class AgentServer:
             rates = self._curve_rates(body["curve"]) if "curve" in body else TOKEN_COUNTS
         except (TypeError, ValueError) as exc:
             return _error(400, f"curve: 7 coefficients expected ({exc})")
-        return 200, {"window": ledger.open(rates=rates)}
+        names = body.get("windows")
+        if names is None:
+            return 200, {"window": ledger.open(rates=rates)}
+        if not isinstance(names, list) or not all(
+                isinstance(w, str) and _WINDOW_ID.fullmatch(w) for w in names):
+            return _error(400, "windows must be a list of ids of 1-64 letters, digits, _ or -")
+        # Named by the gateway, which does not wait for them: a name taken is
+        # left out of the answer (its request gets no figure).
+        return 200, {"windows": [w for w in names if ledger.open_named(w, rates)]}
 
     def _curve_rates(self, curve: Any) -> TokenRates:
         """The token rates of a curve's coefficients, remembered: every request

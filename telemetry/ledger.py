@@ -147,6 +147,20 @@ class Totals:
     open_windows: int
 
 
+class WindowNames:
+    """Window ids: a keyed hash (BLAKE2b, 128 bits, a random key per namer) of
+    a count, so they cannot be guessed from one another."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._count = 0
+
+    def next(self) -> str:
+        self._count += 1
+        return hashlib.blake2b(self._count.to_bytes(8, "little"), key=self._key,
+                               digest_size=16).hexdigest()
+
+
 class Ledger:
     """Thread-safe: the sampler thread ingests, request handlers open and close."""
 
@@ -166,8 +180,7 @@ class Ledger:
         on_final: Callable[[list[tuple[str, EnergyFigure]]], None] | None = None,
     ) -> None:
         self.source = source
-        self._id_key = secrets.token_bytes(32)  # window ids: unguessable, one syscall
-        self._opened = 0
+        self._names = WindowNames()
         self._w = prefill_weight
         self._idle_w = idle_power_w
         self._learn_idle = learn_idle and idle_power_w is None
@@ -235,12 +248,20 @@ class Ledger:
         (BLAKE2b, 128 bits, a random key per ledger) of a count: they cannot
         be guessed."""
         with self._lock:
-            self._opened += 1
-            wid = hashlib.blake2b(self._opened.to_bytes(8, "little"), key=self._id_key,
-                                  digest_size=16).hexdigest()
+            wid = self._names.next()
             self._live[wid] = _Window(wid, self.clock(), progress=progress, rates=rates)
             self._open_count += 1
             return wid
+
+    def open_named(self, wid: str, rates: TokenRates = TOKEN_COUNTS) -> bool:
+        """A new window named by the caller (a gateway names its windows so
+        that it need not wait for them to open); False if the name is taken."""
+        with self._lock:
+            if wid in self._live or wid in self._done:
+                return False
+            self._live[wid] = _Window(wid, self.clock(), rates=rates)
+            self._open_count += 1
+            return True
 
     def close(self, wid: str, points: list[Point]) -> EnergyFigure | None:
         """Close a window with its token timeline; returns the provisional figure.

@@ -150,9 +150,10 @@ def test_batch_answers_each_call_in_order(agent: tuple[str, AgentServer]) -> Non
 
 
 def test_window_calls_travel_in_batches(agent: tuple[str, AgentServer]) -> None:
-    """50 requests at once: their opens go in one exchange, their closes in
-    another, and their final figures are asked for together; a request
-    cancelled while its window was being opened gets that window closed."""
+    """50 requests at once: their openings go in one exchange (one call: the
+    gateway names the windows), their closes in another, and their final
+    figures are asked for together; a window abandoned at once (its worker
+    could not be reached) leaves nothing open."""
     url, server = agent
     ledger = server.devices["cpu"].ledger
 
@@ -168,9 +169,7 @@ def test_window_calls_travel_in_batches(agent: tuple[str, AgentServer]) -> None:
             finals = await asyncio.gather(*(final_figure(meter, w) for w in windows if w))
             assert all(f is not None and f.final for f in finals)
             exchanges = meter._agents["cpu"].exchanges
-            left = asyncio.create_task(meter.open("cpu"))
-            await asyncio.sleep(0)  # queued
-            left.cancel()
+            await meter.abandon(await meter.open("cpu"))
             await asyncio.sleep(0.3)
             return exchanges
         finally:
@@ -181,6 +180,25 @@ def test_window_calls_travel_in_batches(agent: tuple[str, AgentServer]) -> None:
     assert exchanges <= 2 + 3.0 / 0.1  # opens, closes, and one poll per 100 ms at most
     assert exchanges < 20
     assert ledger.open_windows == before
+
+
+def test_named_windows_open_once_and_refuse_a_taken_or_bad_name(
+        agent: tuple[str, AgentServer]) -> None:
+    url, server = agent
+    opened = httpx.post(url + "/v1/windows/batch", json={"calls": [
+        {"call": "open", "device": "cpu", "windows": ["a1", "b2"]},
+        {"call": "open", "device": "cpu", "windows": ["b2", "c3"],
+         "curve": [1.0, 0.01, 0.0, 0.0, 0.002, 0.0, 0.0]},
+        {"call": "open", "device": "cpu", "windows": ["no spaces"]},
+        {"call": "open", "device": "cpu", "windows": "a1"}]}).json()["results"]
+    assert [r["status"] for r in opened] == [200, 200, 400, 400]
+    assert opened[0]["body"] == {"windows": ["a1", "b2"]}
+    assert opened[1]["body"] == {"windows": ["c3"]}  # b2 was taken
+    closed = httpx.post(url + "/v1/windows/batch", json={"calls": [
+        {"call": "close", "device": "cpu", "window": w, "points": []}
+        for w in ("a1", "b2", "c3")]}).json()["results"]
+    assert [r["status"] for r in closed] == [200, 200, 200]
+    assert server.devices["cpu"].ledger.open_windows == 0
 
 
 def test_a_large_batch_is_split(agent: tuple[str, AgentServer],
