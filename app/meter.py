@@ -119,19 +119,17 @@ class LocalMeter:
         for device, ledger in ledgers.items():
             ledger.on_final = self._final_callback(device)
 
-    def _final_callback(self, device: str
-                        ) -> Callable[[list[tuple[str, EnergyFigure]]], None]:
-        def on_final(finals: list[tuple[str, EnergyFigure]]) -> None:  # on a sampler thread
+    def _final_callback(self, device: str) -> Callable[[list[str]], None]:
+        def on_final(finals: list[str]) -> None:  # on a sampler thread
             # A window added after this check finds its figure final itself.
-            mine = [(w, f) for w, f in ((f"{device}/{wid}", f) for wid, f in finals)
-                    if w in self._waiting]
+            mine = [w for w in (f"{device}/{wid}" for wid in finals) if w in self._waiting]
             if mine and self._loop is not None:
                 self._loop.call_soon_threadsafe(self._give, mine)
         return on_final
 
-    def _give(self, finals: list[tuple[str, EnergyFigure]]) -> None:
-        for window, figure in finals:
-            self._waiting.give(window, figure)
+    def _give(self, finals: list[str]) -> None:
+        for window in finals:
+            self._waiting.give(window, self._result(window))
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:

@@ -100,10 +100,9 @@ class AgentServer:
             device.ledger.on_final = self._final_callback(name)
 
     # -- final figures -----------------------------------------------------
-    def _final_callback(self, device: str
-                        ) -> Callable[[list[tuple[str, EnergyFigure]]], None]:
-        def on_final(finals: list[tuple[str, EnergyFigure]]) -> None:  # on a sampler thread
-            waited = [wid for wid, _ in finals if (device, wid) in self._waiting]
+    def _final_callback(self, device: str) -> Callable[[list[str]], None]:
+        def on_final(finals: list[str]) -> None:  # on a sampler thread
+            waited = [wid for wid in finals if (device, wid) in self._waiting]
             if waited:
                 self.loop.call_soon_threadsafe(self._settled, device, waited)
         return on_final

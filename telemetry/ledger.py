@@ -177,7 +177,7 @@ class Ledger:
         settle_lag_s: float = 1.0,
         blind_lag_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        on_final: Callable[[list[tuple[str, EnergyFigure]]], None] | None = None,
+        on_final: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.source = source
         self._names = WindowNames()
@@ -191,7 +191,8 @@ class Ledger:
         self._lag_s = settle_lag_s
         self._blind_lag_s = blind_lag_s
         self.clock = clock
-        # Called with the (window, figure) pairs a counter step made final, on
+        # Called with the windows a counter step made final (their figures are
+        # built only when asked for: `result`), on
         # the sampler thread, outside the lock.
         self.on_final = on_final
         self._lock = threading.Lock()
@@ -330,9 +331,9 @@ class Ledger:
             self._w = w
 
     # -- attribution ----------------------------------------------------
-    def _settle(self, now: float) -> list[tuple[str, EnergyFigure]]:
+    def _settle(self, now: float) -> list[str]:
         """Settle pending spans in order; returns the windows that became final."""
-        finals: list[tuple[str, EnergyFigure]] = []
+        finals: list[str] = []
         while self._pending:
             a, b, energy = self._pending[0]
             wins = [w for w in self._live.values() if w.overlaps(a, b)]
@@ -348,7 +349,7 @@ class Ledger:
                 if w.final:
                     w.compact()
                     self._done[w.wid] = self._live.pop(w.wid)
-                    finals.append((w.wid, self._figure(w, provisional=False)))
+                    finals.append(w.wid)
         return finals
 
     def _attribute(self, a: float, b: float, energy: float, wins: list[_Window]) -> None:
