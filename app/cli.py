@@ -175,9 +175,9 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     mode); learned lengths are saved by each process to the same file."""
     import os
     import tempfile
+    from urllib.parse import quote
 
     from app.database import migrate
-    from app.embedded import free_port
     from app.processes import Processes, ServeConfig, listening_socket
 
     migrate(settings.database())  # once, before the processes open the database
@@ -189,9 +189,11 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
 
     env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve())}
     if not settings.agent_url:
-        agent_port = free_port()
-        _start_agent(catalog.devices, settings.sample_hz, "127.0.0.1", agent_port)
-        env["JOULEGATE_AGENT_URL"] = f"http://127.0.0.1:{agent_port}"
+        # On a Unix socket: the processes' calls cost the agent and them less
+        # than over loopback TCP.
+        path = str(Path(tempfile.mkdtemp(prefix="joulegate-agent-")) / "agent.sock")
+        _start_agent(catalog.devices, settings.sample_hz, socket_path=path)
+        env["JOULEGATE_AGENT_URL"] = "http+unix://" + quote(path, safe="")
         logging.getLogger("joulegate").warning(
             "%d gateway processes; energy metered by the agent at %s", workers,
             env["JOULEGATE_AGENT_URL"])
@@ -202,9 +204,11 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
                      sockets).run()
 
 
-def _start_agent(devices: list[Device], sample_hz: float, host: str, port: int
+def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1",
+                 port: int = 0, socket_path: str | None = None
                  ) -> tuple[AgentServer, list[Sampler], dict[str, MeteredDevice]]:
-    """Meter `devices` (a sampler each) and serve their ledgers at host:port."""
+    """Meter `devices` (a sampler each) and serve their ledgers at host:port
+    (or on the Unix socket `socket_path`)."""
     from prometheus_client import CollectorRegistry
 
     from app.factory import device_spec
@@ -214,7 +218,8 @@ def _start_agent(devices: list[Device], sample_hz: float, host: str, port: int
 
     metered = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in devices}
     samplers = start_samplers(metered.values(), sample_hz)
-    server, _ = start_agent(host, port, metered, Metrics(CollectorRegistry()), _new_loop())
+    server, _ = start_agent(host, port, metered, Metrics(CollectorRegistry()), _new_loop(),
+                            socket_path)
     return server, samplers, metered
 
 

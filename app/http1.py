@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
 
@@ -41,12 +41,20 @@ class Address:
     port: int
     tls: bool
     host_header: str
+    socket_path: str = ""  # a Unix socket's (http+unix URLs), instead of host and port
 
 
 @functools.lru_cache(maxsize=1024)
 def split_url(url: str) -> tuple[Address, str]:
-    """The address to connect to and the request target of `url`."""
+    """The address to connect to and the request target of `url`;
+    `http+unix://<the socket's path, percent-encoded>/<target>` for a Unix socket."""
     parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if parts.scheme == "http+unix":
+        path = unquote(parts.netloc)
+        if not path:
+            raise UpstreamError("unavailable", f"no socket path in {url!r}")
+        return Address("localhost", 0, False, "localhost", path), target
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UpstreamError("unavailable", f"not an http(s) URL: {url!r}")
     tls = parts.scheme == "https"
@@ -54,7 +62,6 @@ def split_url(url: str) -> tuple[Address, str]:
         port = parts.port or (443 if tls else 80)
     except ValueError:
         raise UpstreamError("unavailable", f"bad port in {url!r}") from None
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return Address(parts.hostname, port, tls, parts.netloc.rpartition("@")[2]), target
 
 
@@ -275,9 +282,13 @@ class Http1Transport:
             tls = self._tls = self._tls or ssl.create_default_context()
         try:
             async with asyncio.timeout(self._connect_s):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(address, self._lost), address.host, address.port,
-                    ssl=tls)
+                if address.socket_path:
+                    _, conn = await loop.create_unix_connection(
+                        lambda: Connection(address, self._lost), address.socket_path)
+                else:
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(address, self._lost), address.host,
+                        address.port, ssl=tls)
         except TimeoutError:
             raise UpstreamError("unavailable", f"connect to {address.host_header} timed "
                                                "out") from None

@@ -254,15 +254,20 @@ class AgentServer:
             writer.close()
 
     # -- running ---------------------------------------------------------
-    def start(self, host: str, port: int) -> threading.Thread:
+    def start(self, host: str, port: int, socket_path: str | None = None) -> threading.Thread:
+        """Serve on host:port, or on the Unix socket `socket_path` (gateway
+        processes on the same machine: cheaper than TCP)."""
         started = threading.Event()
         failed: list[OSError] = []
 
         def run() -> None:
             asyncio.set_event_loop(self.loop)
             try:
-                self._server = self.loop.run_until_complete(asyncio.start_server(
-                    self._connection, host, port, limit=MAX_HEAD_BYTES))
+                self._server = self.loop.run_until_complete(
+                    asyncio.start_unix_server(self._connection, socket_path,
+                                              limit=MAX_HEAD_BYTES)
+                    if socket_path else
+                    asyncio.start_server(self._connection, host, port, limit=MAX_HEAD_BYTES))
             except OSError as exc:
                 failed.append(exc)
                 return
@@ -275,7 +280,8 @@ class AgentServer:
         thread.start()
         started.wait()
         if failed:
-            raise RuntimeError(f"agent could not listen on {host}:{port}: {failed[0]}")
+            where = socket_path or f"{host}:{port}"
+            raise RuntimeError(f"agent could not listen on {where}: {failed[0]}")
         return thread
 
     def shutdown(self) -> None:
@@ -324,10 +330,11 @@ async def _send(writer: asyncio.StreamWriter, reply: Reply, close: bool) -> None
 
 
 def start_agent(host: str, port: int, devices: dict[str, MeteredDevice], metrics: Metrics,
-                new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
-                ) -> tuple[AgentServer, threading.Thread]:
+                new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+                socket_path: str | None = None) -> tuple[AgentServer, threading.Thread]:
     """Serve in a background thread; `server.shutdown()` stops it. `new_loop`:
-    the event loop's maker (the CLI gives uvloop's where it is installed)."""
+    the event loop's maker (the CLI gives uvloop's where it is installed);
+    `socket_path`: a Unix socket to serve on instead of host:port."""
     metrics.watch_devices(lambda: [d.view() for d in devices.values()])
     server = AgentServer(devices, metrics, new_loop)
-    return server, server.start(host, port)
+    return server, server.start(host, port, socket_path)

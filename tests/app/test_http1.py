@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import uvloop
@@ -69,6 +72,34 @@ def test_split_url_takes_host_port_and_target() -> None:
     with pytest.raises(UpstreamError) as exc:
         split_url("ftp://w/")
     assert exc.value.kind == "unavailable"
+
+
+def test_an_http_unix_url_names_a_socket_path_and_a_request_goes_over_it(
+        tmp_path: Path) -> None:
+    path = str(tmp_path / "agent.sock")
+    address, target = split_url("http+unix://" + quote(path, safe="") + "/v1/windows/batch")
+    assert (address.socket_path, target) == (path, "/v1/windows/batch")
+
+    async def run() -> None:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                while True:
+                    request = await read_request(reader)
+                    body = request.partition(b"\r\n\r\n")[2]
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (len(body), body))
+
+        server = await asyncio.start_unix_server(handler, path)
+        upstream = Upstream(Http1Transport(1.0, 30, 4), QUICK)
+        try:
+            for n in range(3):  # on one kept-alive connection
+                r = await upstream.post("http+unix://" + quote(path, safe="") + "/x", {"n": n})
+                assert r.status == 200 and json.loads(await r.read()) == {"n": n}
+                await r.aclose()
+        finally:
+            await upstream.aclose()
+            server.close()
+    uvloop.run(run())
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
