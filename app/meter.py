@@ -220,6 +220,8 @@ class AgentCalls:
 
     def _take_openings(self) -> None:
         """The openings waiting, as calls at the head of the queue."""
+        if not self._opening:
+            return
         loop = asyncio.get_running_loop()
         calls = []
         for (device, curve), wids in self._opening.items():
