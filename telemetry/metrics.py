@@ -125,14 +125,16 @@ class _Batch:
 
     def observe(self, metric: _Children, labels: tuple[str, ...], value: float) -> None:
         bounds = metric.bounds
-        bucket = bisect.bisect_left(bounds, value)  # the first bound >= value
+        # The first bound >= value; NaN, equal to nothing, falls in no bucket,
+        # as in observe() (bisect would put it in the first).
+        bucket = bisect.bisect_left(bounds, value) if value == value else len(bounds)
         key = (metric, labels)
         with self._lock:
             entry = self._observed.get(key)
             if entry is None:
                 entry = self._observed[key] = ([0.0], [0] * len(bounds))
             entry[0][0] += value
-            if bucket < len(bounds):  # NaN falls in no bucket, as in observe()
+            if bucket < len(bounds):
                 entry[1][bucket] += 1
 
     def flush(self) -> None:

@@ -13,7 +13,8 @@ from telemetry.metrics import Metrics, _Batch, _Children
 from telemetry.timeline import EnergyFigure
 
 # Exact in binary (sums do not depend on their order); 1.0 and 10.0 on bounds.
-VALUES = [0.0, 2.0**-14, 2.0**-10, 0.0625, 1.0, 0.75, 10.0, 4.0, 2.0**30, math.inf, 0.5]
+VALUES = [0.0, 2.0**-14, 2.0**-10, 0.0625, 1.0, 0.75, 10.0, 4.0, 2.0**30, math.inf, 0.5,
+          math.nan]  # NaN: in no bucket, and the sum of its label NaN
 
 
 def _pair() -> tuple[CollectorRegistry, Counter, Histogram]:
