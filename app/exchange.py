@@ -101,7 +101,6 @@ class Exchange:
         self._rename: tuple[str, bytes, bytes] | None = None  # worker's model, as JSON, ours
         self._sent_at = 0.0
         self._ended = False
-        self._relay = True
 
     # -- taking ----------------------------------------------------------
     async def begin(self) -> None:
@@ -158,12 +157,11 @@ class Exchange:
         worker did not end with a blank line is passed on too. Not `relay`ed
         (only their JSON is read), events keep the worker's model name."""
         assert self.response is not None
-        self._relay = relay
         guard = guard or LoopGuard()
         splitter = sse.EventSplitter()
         async for chunk in self.response.chunks():
             for event in splitter.feed(chunk):
-                out = self._take(event)
+                out = self._take(event, relay)
                 if out is None:
                     continue
                 yield out[0], out[1]
@@ -178,11 +176,12 @@ class Exchange:
                 return
         tail = splitter.rest().rstrip(b"\r\n")
         if tail.strip():
-            out = self._take(tail + b"\n\n")
+            out = self._take(tail + b"\n\n", relay)
             if out is not None:
                 yield out[0], out[1]
 
-    def _take(self, event: bytes) -> tuple[bytes, dict[str, Any] | None, str] | None:
+    def _take(self, event: bytes, relay: bool
+              ) -> tuple[bytes, dict[str, Any] | None, str] | None:
         """One worker event: what to pass on (bytes, its JSON, its text), or None
         for what is held back or dropped. Counts tokens as they come."""
         obj = sse.event_json(event)
@@ -200,7 +199,7 @@ class Exchange:
             self.decode += 1
             self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)
             self._last = obj
-        return (self._renamed(event, obj) if self._relay else event), obj, text
+        return (self._renamed(event, obj) if relay else event), obj, text
 
     def renamed(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` with the configured model name (workers report file paths)."""

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from app.jsonio import dumps, loads
 from app.upstream import Upstream, UpstreamError
+from telemetry.agent import PENDING
 from telemetry.ledger import Ledger, WindowNames
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
@@ -340,7 +341,7 @@ class RemoteMeter:
         if agent is None:
             return None
         wid = self._names.next()
-        agent.open(device, None if rates.coef is None else tuple(rates.coef), wid)
+        agent.open(device, rates.coef, wid)
         return f"{device}/{wid}"
 
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
@@ -388,7 +389,7 @@ class RemoteMeter:
                         self._give_due([f"{device}/{wid}" for wid in wids], due)
                         continue
                     for wid, data in zip(wids, figures, strict=True):
-                        if data == _PENDING:
+                        if data == PENDING:
                             continue  # not final yet (and not past its timeout)
                         window, figure = f"{device}/{wid}", _figure(data)
                         if figure is None or figure.final or window in due:
@@ -403,9 +404,6 @@ class RemoteMeter:
 
     async def drain(self, timeout_s: float) -> None:
         await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone
-
-
-_PENDING = {"final": False}  # the agent's answer for a window not final yet (final_only)
 
 
 def _figure(data: Any) -> EnergyFigure | None:

@@ -73,7 +73,7 @@ def _error(status: int, message: str) -> Answer:
                               "param": None, "code": None}}
 
 
-_PENDING = {"final": False}  # a window whose figure is not final yet (results, final_only)
+PENDING = {"final": False}  # a window whose figure is not final yet (results, final_only)
 
 
 def _dict(figure: EnergyFigure | None) -> dict[str, Any] | None:
@@ -168,7 +168,7 @@ class AgentServer:
             if not isinstance(wids, list):
                 return _error(400, "windows must be a list of window ids")
             if body.get("final_only") is True:  # no provisional figures: not asked for
-                return 200, {"figures": [_PENDING if ledger.waiting(w) else _dict(ledger.result(w))
+                return 200, {"figures": [PENDING if ledger.waiting(w) else _dict(ledger.result(w))
                                          for w in map(str, wids)]}
             return 200, {"figures": [_dict(ledger.result(w)) for w in map(str, wids)]}
         wid = str(body.get("window", ""))

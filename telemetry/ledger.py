@@ -245,13 +245,11 @@ class Ledger:
              rates: TokenRates = TOKEN_COUNTS) -> str:
         """A new window; `progress` (optional) returns the request's token points
         from an index on, read by the sampler thread while the request runs;
-        `rates`: its backend's marginal token costs. Ids are a keyed hash
-        (BLAKE2b, 128 bits, a random key per ledger) of a count: they cannot
-        be guessed."""
+        `rates`: its backend's marginal token costs. Ids cannot be guessed
+        (WindowNames)."""
         with self._lock:
             wid = self._names.next()
-            self._live[wid] = _Window(wid, self.clock(), progress=progress, rates=rates)
-            self._open_count += 1
+            self._add(wid, progress, rates)
             return wid
 
     def open_named(self, wid: str, rates: TokenRates = TOKEN_COUNTS) -> bool:
@@ -260,9 +258,13 @@ class Ledger:
         with self._lock:
             if wid in self._live or wid in self._done:
                 return False
-            self._live[wid] = _Window(wid, self.clock(), rates=rates)
-            self._open_count += 1
+            self._add(wid, None, rates)
             return True
+
+    def _add(self, wid: str, progress: Callable[[int], list[Point]] | None,
+             rates: TokenRates) -> None:
+        self._live[wid] = _Window(wid, self.clock(), progress=progress, rates=rates)
+        self._open_count += 1
 
     def close(self, wid: str, points: list[Point]) -> EnergyFigure | None:
         """Close a window with its token timeline; returns the provisional figure.
