@@ -15,7 +15,7 @@ from app.settings import Settings
 
 if TYPE_CHECKING:
     from app.catalog import Device
-    from app.keys import KeyStore
+    from app.tenancy.keys import KeyStore
     from telemetry.agent import AgentServer
     from telemetry.devices import MeteredDevice
     from telemetry.sampler import Sampler
@@ -59,7 +59,7 @@ def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bo
     """A non-loopback bind needs an API key (or an explicit opt-out)."""
     import ipaddress
 
-    from app.keys import KeyRing, KeyStore
+    from app.tenancy.keys import KeyRing, KeyStore
 
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
@@ -85,7 +85,7 @@ def _bootstrap(settings: Settings, store: KeyStore) -> None:
     """First start of a container: an admin key (unless JOULEGATE_ADMIN_KEY is
     set) and a client key named `first`, each in a mode-600 file of the state
     volume; the log says where and how to use them, never the keys."""
-    from app.keys import KeyRing, kept_secret
+    from app.tenancy.keys import KeyRing, kept_secret
 
     state = settings.state_dir
     if settings.admin_key is None and not (state / "admin-key").exists():
@@ -108,7 +108,7 @@ def _bootstrap(settings: Settings, store: KeyStore) -> None:
 def _keys(args: argparse.Namespace) -> int:
     import json
 
-    from app.keys import KeyStore
+    from app.tenancy.keys import KeyStore
 
     if args.action != "list" and not args.name:
         print(f"joulegate: keys {args.action} needs --name", file=sys.stderr)
@@ -147,7 +147,7 @@ def _usage(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from app.spend import SpendLedger, parse_since
+    from app.tenancy.spend import SpendLedger, parse_since
 
     seconds = parse_since(args.since)
     if seconds is None:
@@ -177,8 +177,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     import tempfile
     from urllib.parse import quote
 
-    from app.database import migrate
     from app.processes import Processes, ServeConfig, listening_socket
+    from app.tenancy.database import migrate
 
     migrate(settings.database())  # once, before the processes open the database
     try:
@@ -262,7 +262,7 @@ def _ints(text: str) -> list[int]:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from app.calibrate import Sweep, calibrate
+    from app.tools.calibrate import Sweep, calibrate
 
     settings = Settings()
     catalog = _catalog(args, settings)
@@ -281,7 +281,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from app.curves_plot import plot_curves
+    from app.tools.curves_plot import plot_curves
     from router.curves import Curve
 
     print(plot_curves([Curve.load(Path(f)) for f in args.files], Path(args.out)))
@@ -291,7 +291,7 @@ def _plot(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     import json
 
-    from app.training import train
+    from app.tools.training import train
 
     report = train(Path(args.data), Path(args.own), Path(args.out),
                    check=Path(args.check) if args.check else None)
@@ -304,7 +304,7 @@ def _train_complexity(args: argparse.Namespace) -> int:
     import json
 
     from app.catalog import load_catalog
-    from app.complexity_training import train_complexity
+    from app.tools.complexity_training import train_complexity
 
     report = train_complexity(Path(args.data), Path(args.own),
                               load_catalog(Path(args.models)), Path(args.out))
@@ -316,7 +316,7 @@ def _train_complexity(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     import random
 
-    from app.evaluate import evaluate, load_gsm8k, load_mmlu, write
+    from app.tools.evaluate import evaluate, load_gsm8k, load_mmlu, write
 
     rng = random.Random(args.seed)
     items = []

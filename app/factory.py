@@ -15,21 +15,19 @@ from prometheus_client import CollectorRegistry
 
 from app.catalog import Catalog, Device, load_catalog
 from app.errors import install_handlers
-from app.exchange import Parts
-from app.gatewayapp import GatewayApp
-from app.http1 import Http1Transport
-from app.keys import KeyRing, KeyStore, kept_secret
-from app.limits import RateLimits
-from app.meter import LocalMeter, Meter, RemoteMeter
-from app.openapi import install_openapi
-from app.pool import HealthChecker, ReplicaPool
-from app.proxy import Proxy
-from app.requests import ChatRequest, CompletionRequest
-from app.routes import Gateway, RouterLike, build_routes
+from app.forward.exchange import Parts
+from app.forward.proxy import Proxy
+from app.http.asgi import GatewayApp
+from app.http.openapi import install_openapi
+from app.http.requests import ChatRequest, CompletionRequest
+from app.http.routes import Gateway, RouterLike, build_routes
+from app.metering.meter import LocalMeter, Meter, RemoteMeter
 from app.routing import LengthBook, build_router
 from app.settings import Settings
-from app.spend import SpendLedger, UsageRow
-from app.upstream import (
+from app.tenancy.keys import KeyRing, KeyStore, kept_secret
+from app.tenancy.limits import RateLimits
+from app.tenancy.spend import SpendLedger, UsageRow
+from app.upstream.client import (
     MAX_CONNECTIONS,
     HttpxTransport,
     Timeouts,
@@ -37,6 +35,8 @@ from app.upstream import (
     Upstream,
     httpx_transport,
 )
+from app.upstream.http1 import Http1Transport
+from app.upstream.pool import HealthChecker, ReplicaPool
 from router.curves import Curve
 from router.placeholder import PlaceholderRouter
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers

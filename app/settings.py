@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     upstream_keepalive_seconds: float = Field(default=4.0, gt=0)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     health_interval_seconds: float = Field(default=2.0, gt=0)
-    # joulegate's own HTTP/1.1 client (app/http1.py), or httpx (e.g. for a proxy
+    # joulegate's own HTTP/1.1 client (app/upstream/http1.py), or httpx (e.g. for a proxy
     # from the environment).
     upstream_transport: Literal["http1", "httpx"] = "http1"
     policy: PolicyName = "balanced"

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
 from bench.gpu_common import project_commit
 from bench.process import tree_cpu_s

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from bench.gpu_common import project_commit
 from bench.process import cpu_s
 from workers.local import ROOT

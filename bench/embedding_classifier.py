@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.training import _own, _split, _weights, load_examples
+from app.tools.training import _own, _split, _weights, load_examples
 from router.classifier import Classifier
 
 ROOT = Path(__file__).resolve().parent.parent

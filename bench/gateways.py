@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from bench.gpu_common import project_commit
 from bench.process import rss_mb, tree_cpu_s
 from workers.local import CACHE, ROOT, wait_healthy

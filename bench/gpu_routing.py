@@ -33,14 +33,14 @@ from typing import Any
 import httpx
 import yaml
 
-from app.calibrate import Sweep, calibrate
 from app.catalog import Catalog, parse_catalog
-from app.embedded import RunningGateway, run_gateway
 from app.factory import Seams
+from app.forward.rewrite import COT_INSTRUCTION
+from app.tools.calibrate import Sweep, calibrate
+from app.tools.embedded import RunningGateway, run_gateway
 from bench.gpu_common import ROOT, engine_build, project_commit, start_llama, write_json
 from bench.workload import MIX, mixed_prompts
 from router.curves import Curve
-from router.rewrite import COT_INSTRUCTION
 
 QUALITY_TARGET = 0.95
 DIRECT_TOKENS = 64
@@ -93,7 +93,7 @@ def _loo_mape(c: Curve) -> float:
 def phase_calibrate(s: Setup, sweep: Sweep) -> None:
     catalog = catalog_for(s, with_curves=False)
     curves = calibrate(catalog, sweep, s.curves_dir)
-    from app.curves_plot import plot_curves
+    from app.tools.curves_plot import plot_curves
 
     plot_curves(list(curves.values()), s.out / "gpu-curves.png")
     write_json(s.out / "gpu-curves.json", {

@@ -38,8 +38,8 @@ import httpx
 import numpy as np
 
 from app.catalog import parse_catalog
-from app.embedded import RunningGateway, run_gateway
 from app.factory import Seams
+from app.tools.embedded import RunningGateway, run_gateway
 from bench.gpu_common import engine_build, project_commit, start_llama, write_json
 from telemetry.ledger import Ledger
 from telemetry.nvml import NvmlReader

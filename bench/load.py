@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from bench.gpu_common import project_commit
 from bench.process import cpu_s, rss_mb
 from workers.local import ROOT, WorkerSpec, llama_server, start_worker, stop, wait_healthy

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
 from bench.gpu_common import project_commit
 from bench.process import rss_mb

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
 from bench.gpu_common import project_commit
 from workers.local import wait_healthy

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from app.catalog import load_catalog
-from app.complexity_training import ROUTELLM_BEST, apgr_cpt, load_items, split
 from app.routing import LengthBook, build_router
+from app.tools.complexity_training import ROUTELLM_BEST, apgr_cpt, load_items, split
 from bench.gpu_common import project_commit
 from bench.workload import MIX, mixed_prompts
 from router.decision import Query

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.catalog import load_catalog
-from app.complexity_training import train_complexity
+from app.tools.complexity_training import train_complexity
 from bench.gpu_common import project_commit
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ class Query:
     policy: Policy = "balanced"
     max_joules: float | None = None
     # backend -> requests it runs now, or the batch arrivals have been meeting
-    # if larger (app.traffic): what an action would run beside.
+    # if larger (app.forward.traffic): what an action would run beside.
     concurrency: Mapping[str, int] = field(default_factory=dict)
     # Backends that cannot take a request now (no healthy replica, or saturated).
     unavailable: frozenset[str] = frozenset()

@@ -21,7 +21,7 @@ per host, and gateways open and close their windows over HTTP:
 
 Every request a gateway forwards opens and closes a window and asks for its
 final figure, so these must cost little. A gateway sends them in batches
-(app/meter.py: the calls its requests make while a batch is on its way go in
+(app/metering/meter.py: the calls its requests make while a batch is on its way go in
 the next one, the windows it opened meanwhile in one `open` call per device
 and curve, named by the gateway so that no request waits for its opening,
 and the final figures of all its waiting windows are asked for in one

@@ -16,8 +16,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from app.catalog import Catalog, parse_catalog
-from app.embedded import RunningGateway, free_port, run_gateway
 from app.factory import device_spec
+from app.tools.embedded import RunningGateway, free_port, run_gateway
 from telemetry.agent import AgentServer, start_agent
 from telemetry.devices import metered_device, start_samplers
 from telemetry.metrics import Metrics

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from app.keys import KeyStore
+from app.tenancy.keys import KeyStore
 from tests.integration.conftest import (
     Workers,
     catalog_for,

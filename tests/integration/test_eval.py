@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from app.cli import main
-from app.evaluate import Item, score
+from app.tools.evaluate import Item, score
 from tests.integration.conftest import RunningGateway
 
 pytestmark = pytest.mark.integration

@@ -16,9 +16,9 @@ import httpx
 import openai
 import pytest
 
-from app.embedded import free_port, run_gateway
 from app.factory import Seams
-from app.keys import KeyStore
+from app.tenancy.keys import KeyStore
+from app.tools.embedded import free_port, run_gateway
 from tests.integration.conftest import Workers, catalog_for, models_file
 from tests.integration.test_energy import fake_gpu
 from workers.local import ROOT
@@ -204,8 +204,8 @@ def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
                                                              database: str) -> None:
     import signal
 
-    from app.database import Database
-    from app.spend import SpendLedger
+    from app.tenancy.database import Database
+    from app.tenancy.spend import SpendLedger
 
     store = KeyStore(database)
     key, secret = store.create("team-a")

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from telemetry.metrics import FLUSH_EVERY_S
 from tests.integration.conftest import Workers, models_file
 from workers.local import ROOT, wait_healthy

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.embedded import free_port
+from app.tools.embedded import free_port
 from tests.integration.conftest import RunningGateway, Workers, catalog_for, run_gateway
 from workers.local import WorkerSpec, start_worker, stop
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from app.catalog import load_catalog
-from app.complexity_training import apgr_cpt
 from app.routing import LengthBook, build_router
+from app.tools.complexity_training import apgr_cpt
 from router.complexity import calibrate_ability, complexity, sigmoid
 from router.decision import Query
 from router.engine import MAX_TARGETS_KEPT, Targets

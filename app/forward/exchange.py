@@ -1,0 +1,329 @@
+"""One request to one worker, from taking a replica slot to its settled energy.
+
+An `Exchange` owns everything a forwarded request holds: the replica slot,
+the energy window, the token timeline and the upstream response. `begin`
+takes them (retrying a dropped keep-alive connection once on a new
+connection, and moving on to the backend's next replica when one cannot be
+reached); `end` is the single exit that releases them all, tells the
+replica's breaker how it went, records the metrics, and leaves the meter what
+to do with the final energy figure (record it, write the usage row).
+`end` runs once, however the request ends (`async with` guarantees it; it is
+shielded from a client disconnect's cancellation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+from app import jsonio
+from app.forward import sse
+from app.forward.usage import Prior, chunk_text, loop_chunk, plus_prior, usage_tokens
+from app.forward.watch import shielded
+from app.metering.meter import Meter
+from app.tenancy.keys import ApiKey
+from app.tenancy.spend import UsageRow
+from app.upstream.client import Upstream, UpstreamError, UpstreamResponse
+from app.upstream.pool import NoReplica, ReplicaPool, ReplicaState
+from router.decision import Decision
+from router.loopguard import LoopGuard
+from telemetry.metrics import Metrics
+from telemetry.rates import TOKEN_COUNTS, TokenRates
+from telemetry.timeline import EnergyFigure, TokenTimeline
+
+log = logging.getLogger("joulegate.exchange")
+
+# Outcomes that say the replica is unwell (its breaker counts them).
+_REPLICA_FAULTS = {"upstream_timeout", "upstream_broken", "upstream_invalid"}
+
+
+@dataclass(frozen=True)
+class Forward:
+    """What to send where, and what the client asked for."""
+
+    path: str
+    body: dict[str, Any]
+    decision: Decision
+    route: str  # "auto" or "forced"
+    stream: bool
+    client_wants_usage: bool
+    prompt_tokens_estimate: int
+    received_at: float  # time.perf_counter() when the request arrived
+    model_name: str = ""  # the name responses carry (the configured model)
+    prior: Prior | None = None  # a first (thinking) request already made for this one
+    disconnected: Callable[[], Awaitable[bool]] | None = None  # the client went away?
+    # For `auto`: the plan without the given backends (failover), or None.
+    fallback: Callable[[frozenset[str]], Forward | None] | None = None
+    key: ApiKey | None = None  # the API key that sent it (None: open gateway)
+    budget_used: float | None = None  # the key's share of its joule budget, when steered
+
+
+MAX_OWNERS = 20_000  # as many as the ledger keeps figures for
+
+
+@dataclass
+class Parts:
+    """What every exchange uses, built once by the app factory."""
+
+    pool: ReplicaPool
+    upstream: Upstream
+    meter: Meter
+    metrics: Metrics
+    on_complete: Callable[[Decision, int], None] = lambda d, n: None
+    rates: Mapping[str, TokenRates] = field(default_factory=dict)  # backend -> curve's
+    on_tokens: Callable[[str, int], None] = lambda key_id, n: None  # a key's tokens spent
+    on_usage: Callable[[UsageRow], None] = lambda row: None  # a finished request's row
+    # energy id -> the API key that made the request (recent ones; GET /v1/energy)
+    owners: dict[str, str] = field(default_factory=dict)
+
+
+class Exchange:
+    def __init__(self, parts: Parts, fw: Forward, count: bool = True) -> None:
+        self.parts = parts
+        self.fw = fw
+        self.count = count  # a spliced thinking phase is not a request of its own
+        self.state: ReplicaState | None = None
+        self.response: UpstreamResponse | None = None
+        self.window: str | None = None
+        self.timeline = TokenTimeline()
+        self.status = "ok"
+        self.usage_event: dict[str, Any] | None = None
+        self.decode = 0
+        self.figure: EnergyFigure | None = None
+        self.usage: dict[str, Any] | None = None
+        self._last: dict[str, Any] | None = None
+        self._rename: tuple[str, bytes, bytes] | None = None  # worker's model, as JSON, ours
+        self._sent_at = 0.0
+        self._ended = False
+
+    # -- taking ----------------------------------------------------------
+    async def begin(self) -> None:
+        """Take a slot, open the window, send; raises NoReplica / Overloaded /
+        UpstreamError with nothing held."""
+        fw, pool = self.fw, self.parts.pool
+        payload = jsonio.dumps(fw.body)
+        tried: list[int] = []
+        last: UpstreamError | None = None
+        while True:
+            try:
+                state = await pool.acquire(fw.decision.backend, tried)
+            except NoReplica:
+                if last is not None:  # every replica tried could not be reached
+                    raise last from None
+                raise
+            self._sent_at = time.perf_counter()
+            self.timeline = TokenTimeline()
+            try:
+                window = await self.parts.meter.open(
+                    state.replica.device, self.timeline.since,
+                    self.parts.rates.get(fw.decision.backend, TOKEN_COUNTS))
+            except BaseException:
+                pool.release(state)
+                raise
+            if window is not None and fw.key is not None:
+                self._own(window, fw.key.id)
+            try:
+                self.response = await self.parts.upstream.post_again_if_reset(
+                    state.replica.base + fw.path, payload)
+            except UpstreamError as exc:
+                pool.report(state, ok=False)
+                pool.release(state)
+                await self.parts.meter.abandon(window)
+                if exc.kind in ("timeout", "broken"):
+                    raise  # it answered (too late, or not in HTTP): no other replica
+                tried.append(state.order)
+                last = UpstreamError("unavailable", exc.detail)
+                continue
+            except BaseException:  # cancelled (the client left) while sending
+                pool.release(state)
+                await shielded(self.parts.meter.abandon(window))
+                raise
+            self.state, self.window = state, window
+            return
+
+    # -- relaying --------------------------------------------------------
+    async def events(self, guard: LoopGuard | None = None, relay: bool = True
+                     ) -> AsyncIterator[tuple[bytes, dict[str, Any] | None]]:
+        """The worker's events as they arrive. The usage event is held back in
+        `usage_event` (energy is added at the end); the response's `model` is
+        the configured name; a worker's error event is put in the OpenAI
+        envelope; the loop guard may stop the generation. A last event the
+        worker did not end with a blank line is passed on too. Not `relay`ed
+        (only their JSON is read), events keep the worker's model name."""
+        assert self.response is not None
+        guard = guard or LoopGuard()
+        splitter = sse.EventSplitter()
+        async for chunk in self.response.chunks():
+            for event in splitter.feed(chunk):
+                out = self._take(event, relay)
+                if out is None:
+                    continue
+                yield out[0], out[1]
+                if guard.feed(out[2]):
+                    break
+            if guard.period is not None:
+                self.status = "loop_stopped"
+                d = self.fw.decision
+                self.parts.metrics.stop(d.tier, d.backend, "loop")
+                last = self.last_chunk()
+                yield sse.encode(last), last
+                return
+        tail = splitter.rest().rstrip(b"\r\n")
+        if tail.strip():
+            out = self._take(tail + b"\n\n", relay)
+            if out is not None:
+                yield out[0], out[1]
+
+    def _take(self, event: bytes, relay: bool
+              ) -> tuple[bytes, dict[str, Any] | None, str] | None:
+        """One worker event: what to pass on (bytes, its JSON, its text), or None
+        for what is held back or dropped. Counts tokens as they come."""
+        obj = sse.event_json(event)
+        if obj is None:
+            return (event, None, "") if sse.is_passable(event) else None
+        if obj.get("usage") and not obj.get("choices"):
+            self.usage_event = obj
+            return None
+        if "error" in obj:
+            self.status = "upstream_error_event"
+            err = _error_envelope(obj["error"])
+            return sse.encode(err), err, ""
+        text = chunk_text(obj)
+        if text:
+            self.decode += 1
+            self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)
+            self._last = obj
+        return (self._renamed(event, obj) if relay else event), obj, text
+
+    def renamed(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """`obj` with the configured model name (workers report file paths)."""
+        if self.fw.model_name and "model" in obj:
+            obj["model"] = self.fw.model_name
+        return obj
+
+    def _renamed(self, event: bytes, obj: dict[str, Any]) -> bytes:
+        worker_model = obj.get("model")
+        name = self.fw.model_name
+        if not name or not isinstance(worker_model, str) or worker_model == name:
+            return event
+        obj["model"] = name
+        if self._rename is None or self._rename[0] != worker_model:  # once per stream
+            self._rename = (worker_model, b'"model":' + json.dumps(worker_model).encode(),
+                            b'"model":' + json.dumps(name).encode())
+        _, old, new = self._rename
+        if old in event:
+            return event.replace(old, new, 1)
+        return sse.encode(obj)  # the worker's JSON is spelled differently
+
+    def last_chunk(self) -> dict[str, Any]:
+        return self.renamed(loop_chunk(self._last))
+
+    # -- the single exit ---------------------------------------------------
+    async def __aenter__(self) -> Exchange:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            self.status = "client_disconnected"
+        elif isinstance(exc, UpstreamError):
+            self.status = f"upstream_{exc.kind}"
+        elif exc is not None and self.status == "ok":
+            self.status = "error"
+        await shielded(self.end())
+
+    def _own(self, window: str, key_id: str) -> None:
+        owners = self.parts.owners
+        if len(owners) >= MAX_OWNERS:
+            del owners[next(iter(owners))]  # the oldest (insertion order)
+        owners[window] = key_id
+
+    async def end(self) -> EnergyFigure | None:
+        """Release everything, once; returns the (provisional) energy figure.
+        The rest of the request's bookkeeping (metrics, token budgets, its
+        usage row) runs right after, once the response is on its way: the
+        client does not wait for it."""
+        if self._ended:
+            return self.figure
+        self._ended = True
+        p, fw = self.parts, self.fw
+        usage = self.usage_event.get("usage") if self.usage_event else None
+        prompt, completion = usage_tokens(usage, fw.prompt_tokens_estimate, self.decode)
+        if self.response is not None:
+            await self.response.aclose()
+        if self.state is not None:
+            if self.status != "client_disconnected":
+                p.pool.report(self.state, ok=self.status not in _REPLICA_FAULTS)
+            p.pool.release(self.state)
+        if prompt != fw.prompt_tokens_estimate:
+            self.timeline.scale_prompt(prompt)
+        self.timeline.mark(prompt, completion)
+        figure = await p.meter.close(self.window, self.timeline.points())
+        self.figure = plus_prior(figure, fw.prior)
+        ended_s = time.perf_counter()
+        if not isinstance(usage, dict):  # ended before the worker's usage chunk
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion,
+                     "total_tokens": prompt + completion}
+        self.usage = usage
+        asyncio.get_running_loop().call_soon(self._record, prompt, completion, ended_s)
+        return self.figure
+
+    def _record(self, prompt: int, completion: int, ended_s: float) -> None:
+        """Metrics, token budgets and the usage row of an ended request."""
+        try:
+            self._book(prompt, completion, ended_s)
+        except Exception:  # bookkeeping must not fail quietly, nor stop the loop
+            log.exception("recording %s %s", self.fw.decision.backend, self.window)
+
+    def _book(self, prompt: int, completion: int, ended_s: float) -> None:
+        p, fw, d = self.parts, self.fw, self.fw.decision
+        if self.count:
+            p.metrics.request(d.tier, d.backend, fw.route, d.category, self.status)
+            if self.status == "ok":
+                p.on_complete(d, completion + (fw.prior.completion_tokens if fw.prior else 0))
+        upstream_s = ended_s - self._sent_at
+        p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
+        p.metrics.tokens(d.tier, d.backend, prompt, completion)
+        total_s = ended_s - fw.received_at
+        p.metrics.observe_overhead(max(0.0, total_s - upstream_s))
+        usage = self.usage or {}
+        if fw.key is not None and self.count:  # all prompt tokens, cached or not
+            total = usage.get("total_tokens")
+            p.on_tokens(fw.key.id, total if isinstance(total, int) else prompt + completion)
+        row = None
+        if self.count:
+            row = UsageRow(time.time(), fw.key.id if fw.key else None,
+                           fw.key.name if fw.key else None, fw.route, d.tier, d.backend,
+                           d.strategy, d.category, self.status, prompt, completion, None,
+                           None, "unavailable", total_s)
+        if self.window is None:
+            if row is not None:
+                p.on_usage(row)
+        else:  # the final figure comes with the next counter step or so
+            p.meter.when_final(self.window, partial(_settled, p, d, row))
+
+
+def _settled(p: Parts, d: Decision, row: UsageRow | None, figure: EnergyFigure | None
+             ) -> None:
+    """A request's final energy figure: record it, and write the request's
+    usage row with it."""
+    if figure is not None:
+        p.metrics.request_energy(d.tier, d.backend, figure)
+    if row is not None:
+        p.on_usage(row if figure is None else replace(
+            row, energy_net_j=figure.net_j, energy_gross_j=figure.gross_j,
+            source=figure.source))
+
+
+def _error_envelope(error: object) -> dict[str, Any]:
+    """A worker's in-stream error in the OpenAI envelope."""
+    msg = error.get("message") if isinstance(error, dict) else error
+    return {"error": {"message": f"worker error: {msg}", "type": "upstream_error",
+                      "param": None, "code": "upstream_error"}}

@@ -1,0 +1,241 @@
+"""Answering a decided request: start its exchange (failing over for `auto`),
+then relay, assemble or map the worker's answer.
+
+Workers always stream to the gateway. Streams pass the worker's events
+through as they arrive; only the usage event is rewritten (to add energy),
+and it is withheld when the client did not ask for usage. Clients that did
+not ask to stream get one response assembled from the events (assemble.py),
+so a departed client, a timeout or the loop guard can stop the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from app import jsonio
+from app.errors import (
+    ApiError,
+    no_healthy_worker,
+    overloaded,
+    upstream_failed,
+    upstream_rejected,
+    upstream_timeout,
+)
+from app.forward import sse
+from app.forward.assemble import Assembler
+from app.forward.exchange import Exchange, Forward, Parts
+from app.forward.usage import add_prior_usage, energy_fields, merge_thinking
+from app.forward.watch import ClientLeft, unless_left
+from app.upstream.client import UpstreamError
+from app.upstream.pool import NoReplica, Overloaded
+from telemetry.timeline import EnergyFigure
+
+log = logging.getLogger("joulegate.proxy")
+
+MAX_ERROR_BODY_BYTES = 64 * 1024
+
+
+class Proxy:
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+
+    async def forward(self, fw: Forward) -> Response:
+        ex = await self.begin(fw)
+        headers = response_headers(ex.fw)
+        if ex.window is not None:
+            # The final figure comes ~100 ms after the end: GET /v1/energy/<id>.
+            headers["x-joulegate-energy-id"] = ex.window
+        assert ex.response is not None
+        if ex.response.status != 200:
+            return await self.upstream_error(ex, headers)
+        if ex.fw.stream:
+            # The background task ends the exchange even if the client left before
+            # the stream was ever iterated (the generator's own exit never ran).
+            return StreamingResponse(self._stream(ex), media_type="text/event-stream",
+                                     headers=headers, background=BackgroundTask(ex.end))
+        return await self._collect_watched(ex, headers)
+
+    async def begin(self, fw: Forward, count: bool = True) -> Exchange:
+        """A started exchange. For `auto`, a backend that cannot take the request
+        (down, ejected, saturated, unreachable) is replaced by the next-best plan."""
+        excluded: set[str] = set()
+        while True:
+            ex = Exchange(self.parts, fw, count)
+            try:
+                await ex.begin()
+                return ex
+            except (NoReplica, Overloaded, UpstreamError) as exc:
+                reachable = isinstance(exc, UpstreamError) and exc.kind != "unavailable"
+                if not reachable and fw.fallback is not None:
+                    excluded.add(fw.decision.backend)
+                    nxt = fw.fallback(frozenset(excluded))
+                    if nxt is not None:
+                        log.info("%s cannot take the request (%s): failing over to %s",
+                                 fw.decision.backend, type(exc).__name__, nxt.decision.backend)
+                        fw = nxt
+                        continue
+                err = self._begin_error(fw, exc)
+                if count:
+                    d = fw.decision
+                    self.parts.metrics.request(d.tier, d.backend, fw.route, d.category,
+                                               _status(exc))
+                raise err from None
+
+    def _begin_error(self, fw: Forward, exc: Exception) -> ApiError:
+        d = fw.decision
+        if isinstance(exc, Overloaded):
+            return overloaded(d.backend, self.parts.pool.queued(d.backend))
+        if isinstance(exc, NoReplica):
+            return no_healthy_worker(d.tier, exc.retry_after_s)
+        assert isinstance(exc, UpstreamError)
+        if exc.kind == "unavailable":
+            return no_healthy_worker(d.tier, self.parts.pool.retry_after_s(d.backend))
+        return api_error(d.backend, exc)
+
+    async def upstream_error(self, ex: Exchange, headers: dict[str, str]) -> Response:
+        """A worker's non-200 answer in the OpenAI envelope: its 4xx as 400, 503
+        as 503, other 5xx as 502, with the worker's message."""
+        assert ex.response is not None
+        status = ex.response.status
+        raw = b""
+        async with ex:
+            ex.status = "upstream_status"
+            try:
+                async for chunk in ex.response.chunks():
+                    raw += chunk
+                    if len(raw) > MAX_ERROR_BODY_BYTES:
+                        break
+            except UpstreamError:
+                pass
+        err = upstream_rejected(ex.fw.decision.backend, status, _worker_message(raw))
+        return JSONResponse(err.body(), status_code=err.status, headers={**headers,
+                                                                         **err.headers})
+
+    async def _stream(self, ex: Exchange) -> AsyncIterator[bytes]:
+        async with ex:
+            try:
+                async for event, _ in ex.events():
+                    yield event
+            except UpstreamError as exc:
+                ex.status = f"upstream_{exc.kind}"
+                yield api_error(ex.fw.decision.backend, exc).sse_event()
+        if ex.fw.client_wants_usage:
+            final = ex.usage_event or {**ex.last_chunk(), "choices": []}
+            final["usage"] = final_usage(ex)
+            yield sse.encode(ex.renamed(final))
+        yield sse.DONE
+
+    async def collect(self, ex: Exchange) -> tuple[dict[str, Any], EnergyFigure | None]:
+        """A non-streamed answer, assembled from the worker's stream."""
+        asm = Assembler(chat=ex.fw.path.endswith("/chat/completions"))
+        seen = False
+        try:
+            async with ex:
+                async for _, obj in ex.events(relay=False):
+                    if obj is not None and isinstance(obj.get("error"), dict):
+                        raise UpstreamError("broken", str(obj["error"].get("message", obj)))
+                    if obj is not None:
+                        asm.add(obj)
+                        seen = True
+                if not seen and ex.usage_event is None:
+                    ex.status = "upstream_invalid"
+                    raise UpstreamError("broken", "the worker's answer held no events")
+        except UpstreamError as exc:
+            raise api_error(ex.fw.decision.backend, exc) from None
+        body = ex.renamed(asm.result(final_usage(ex)))
+        if ex.fw.prior is not None:
+            merge_thinking(body, ex.fw.prior)
+        return body, ex.figure
+
+    async def _collect_watched(self, ex: Exchange, headers: dict[str, str]) -> Response:
+        """Collect, but stop the worker as soon as the client goes away."""
+        try:
+            body, figure = await unless_left(self.collect(ex), ex.fw.disconnected)
+        except ClientLeft:
+            return Response(status_code=499)
+        if figure is not None:
+            headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
+            headers["x-joulegate-energy-source"] = figure.source
+        return JsonAnswer(jsonio.dumps(body), headers)
+
+    async def energy(self, window: str) -> EnergyFigure | None:
+        return await self.parts.meter.result(window)
+
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """Shutting down: the final figures of requests already answered."""
+        await self.parts.meter.drain(timeout_s)
+
+
+class JsonAnswer(Response):
+    """A 200 with a JSON body and the gateway's own headers (lower-case names):
+    Starlette's Response, without its general header handling."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, headers: dict[str, str]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        self.raw_headers = [(b"content-length", str(len(body)).encode()),
+                            (b"content-type", b"application/json"),
+                            *((k.encode("latin-1"), v.encode("latin-1"))
+                              for k, v in headers.items())]
+
+
+def response_headers(fw: Forward) -> dict[str, str]:
+    d = fw.decision
+    headers = {
+        "x-joulegate-tier": d.tier,
+        "x-joulegate-backend": d.backend,
+        "x-joulegate-route": fw.route,
+        "x-joulegate-strategy": d.strategy,
+    }
+    if d.degraded is not None:
+        headers["x-joulegate-degraded"] = f"{d.degraded} unavailable"
+    if d.joule_cap_met is False:
+        headers["x-joulegate-joule-cap"] = "unmet"
+    if fw.budget_used is not None:
+        headers["x-joulegate-budget-used"] = f"{fw.budget_used:.3f}"
+    return headers
+
+
+def final_usage(ex: Exchange) -> dict[str, Any]:
+    """The usage the client gets: the worker's, plus a thinking phase, plus energy."""
+    usage = dict(ex.usage or {})
+    add_prior_usage(usage, ex.fw.prior)
+    usage.update(energy_fields(ex.figure))
+    return usage
+
+
+def _status(exc: Exception) -> str:
+    if isinstance(exc, Overloaded):
+        return "overloaded"
+    if isinstance(exc, NoReplica):
+        return "no_worker"
+    assert isinstance(exc, UpstreamError)
+    return "no_worker" if exc.kind == "unavailable" else f"upstream_{exc.kind}"
+
+
+def _worker_message(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict):
+        err = body.get("error")
+        msg = err.get("message") if isinstance(err, dict) else err
+        if isinstance(msg, str) and msg:
+            return msg[:500]
+    return raw.decode(errors="replace")[:500] or "no message"
+
+
+def api_error(backend: str, exc: UpstreamError) -> ApiError:
+    if exc.kind == "timeout":
+        return upstream_timeout(backend)
+    return upstream_failed(backend, exc.detail)

@@ -1,0 +1,40 @@
+"""Rewriting a chat body for a decision: model name, token caps, strategy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.forward.thinking import llamacpp_fields
+from router.decision import Decision
+
+COT_INSTRUCTION = (
+    "Think step by step, briefly, then give the final answer on its own line "
+    "starting with 'Answer:'."
+)
+DIRECT_INSTRUCTION = "Answer directly and concisely, without showing your reasoning."
+
+
+def rewrite_chat(
+    body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
+    thinking_mode: str = "native",
+) -> dict[str, Any]:
+    """A copy of `body` for the worker; unknown fields are kept as they are.
+    The copy is shallow: what it changes is replaced, never changed in place
+    (a long conversation is not copied message by message)."""
+    out = dict(body)
+    out["model"] = upstream_model
+    if not d.routed:
+        return out
+    if "max_tokens" not in out and "max_completion_tokens" not in out:
+        out["max_tokens"] = d.max_tokens
+    if reasoning:
+        # Reasoning models think natively; the budget caps the think span.
+        if thinking_mode == "native" and d.thinking_budget is not None:
+            out.update(llamacpp_fields(d.thinking_budget))
+        return out
+    # Non-reasoning models: the strategy is expressed by prompting.
+    instruction = COT_INSTRUCTION if d.strategy == "cot" else None
+    if instruction is not None:
+        messages = out.get("messages", [])
+        out["messages"] = [{"role": "system", "content": instruction}, *messages]
+    return out

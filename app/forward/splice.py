@@ -1,0 +1,59 @@
+"""The thinking-budget splice for vLLM-style backends, in one adapter.
+
+Cap the think span with two requests (app/forward/thinking.py): think for at most
+`budget` tokens, close the span, then continue to the answer. The first
+phase is an exchange of its own (not counted as a request); its tokens and
+energy are added to the answer's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from fastapi.responses import Response
+
+from app.errors import upstream_failed
+from app.forward.exchange import Forward
+from app.forward.proxy import Proxy, api_error, response_headers
+from app.forward.thinking import close_span, continuation_body, vllm_think_body
+from app.forward.usage import Prior, mark_whole, message_thinking, usage_tokens
+from app.upstream.client import UpstreamError
+
+
+async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Response:
+    thinking, prior_tokens, figure = "", (0, 0), None
+    if budget > 0:
+        body = dict(vllm_think_body(fw.body, budget), stream=False)
+        think = replace(fw, body=body, stream=False, path="/v1/chat/completions",
+                        fallback=None)
+        ex = await proxy.begin(think, count=False)
+        assert ex.response is not None
+        if ex.response.status != 200:
+            return await proxy.upstream_error(ex, response_headers(fw))
+        try:
+            async with ex:
+                answer = _json_object(await ex.response.read())
+                if answer is None:
+                    ex.status = "upstream_invalid"
+                    raise upstream_failed(fw.decision.backend, "response is not a JSON object")
+                usage = answer.get("usage")
+                ex.usage_event = {"usage": usage} if isinstance(usage, dict) else None
+                prior_tokens = usage_tokens(usage, fw.prompt_tokens_estimate, 0)
+                mark_whole(ex.timeline, answer, *prior_tokens)
+        except UpstreamError as exc:
+            raise api_error(fw.decision.backend, exc) from None
+        figure = ex.figure
+        thinking = message_thinking(answer)
+    body = continuation_body(fw.body, close_span(thinking), fw.decision.max_tokens)
+    prior = Prior(*prior_tokens, figure, thinking)
+    return await proxy.forward(replace(fw, body=body, prior=prior))
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None

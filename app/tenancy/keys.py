@@ -1,0 +1,167 @@
+"""API keys: created once (the secret is shown once), stored as a hash in the
+database (app.tenancy.database: SQLite in the state directory, or PostgreSQL shared by
+several gateways), read by the gateway into memory and refreshed
+every few seconds, so `joulegate keys ...` in another process takes effect
+without a restart and a request's check never touches the database.
+
+A secret is `jg-` + 43 URL-safe characters (256 random bits), so its SHA-256
+is a safe stored form (no salt or slow hash is needed for random secrets).
+Lookups go by hash and then compare in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from app.tenancy.database import Conflict, Database
+
+BudgetPeriod = Literal["day", "week", "month"]
+PREFIX = "jg-"
+@dataclass(frozen=True)
+class ApiKey:
+    id: str
+    name: str
+    hash: str
+    created: float
+    revoked: float | None = None
+    rpm: int | None = None  # requests per minute
+    tpm: int | None = None  # tokens (prompt + completion) per minute
+    joule_budget: float | None = None
+    budget_period: BudgetPeriod = "month"
+    models: tuple[str, ...] | None = None  # model names it may ask for; None: all
+
+    def public(self) -> dict[str, Any]:
+        """What `keys list` and the admin API show (never the hash)."""
+        return {"id": self.id, "name": self.name, "created": self.created,
+                "revoked": self.revoked, "rpm": self.rpm, "tpm": self.tpm,
+                "joule_budget": self.joule_budget, "budget_period": self.budget_period,
+                "models": list(self.models) if self.models is not None else None}
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def kept_secret(path: Path, create: bool) -> str | None:
+    """The secret in `path` (mode 600); with `create`, a new one is written
+    first if there is none (exclusively: concurrent starts agree on one)."""
+    if create:
+        secret = PREFIX + secrets.token_urlsafe(32)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secret + "\n")
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+class KeyStore:
+    """The keys table (SQLite or PostgreSQL: app.tenancy.database). Thread-safe; one
+    short statement per call."""
+
+    def __init__(self, url: str) -> None:
+        self._db = Database.open(url)
+
+    def create(self, name: str, rpm: int | None = None, tpm: int | None = None,
+               joule_budget: float | None = None, budget_period: BudgetPeriod = "month",
+               models: Iterable[str] | None = None) -> tuple[ApiKey, str]:
+        """A new key and its secret (shown once; only the hash is kept)."""
+        secret = PREFIX + secrets.token_urlsafe(32)
+        key = ApiKey(secrets.token_hex(8), name, digest(secret), time.time(), None, rpm, tpm,
+                     joule_budget, budget_period, tuple(models) if models is not None else None)
+        try:
+            self._db.execute(
+                "INSERT INTO api_keys (id, name, hash, created, rpm, tpm, joule_budget,"
+                " budget_period, models) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key.id, name, key.hash, key.created, rpm, tpm, joule_budget,
+                 budget_period, ",".join(key.models) if key.models is not None else None))
+        except Conflict:
+            raise ValueError(f"a key named {name!r} exists") from None
+        return key, secret
+
+    def update(self, name: str, **fields: Any) -> bool:
+        allowed = {"rpm", "tpm", "joule_budget", "budget_period", "models"}
+        if not fields or set(fields) - allowed:
+            raise ValueError(f"can update {sorted(allowed)}")
+        if "models" in fields and fields["models"] is not None:
+            fields["models"] = ",".join(fields["models"])
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        done = self._db.execute(f"UPDATE api_keys SET {sets} WHERE name = ?",
+                                (*fields.values(), name))
+        return done.rowcount > 0
+
+    def revoke(self, name: str) -> bool:
+        done = self._db.execute(
+            "UPDATE api_keys SET revoked = ? WHERE name = ? AND revoked IS NULL",
+            (time.time(), name))
+        return done.rowcount > 0
+
+    def all(self) -> list[ApiKey]:
+        rows = self._db.execute(
+            "SELECT id, name, hash, created, revoked, rpm, tpm, joule_budget, "
+            "budget_period, models FROM api_keys ORDER BY created").rows
+        return [ApiKey(id=r[0], name=r[1], hash=r[2], created=r[3], revoked=r[4], rpm=r[5],
+                       tpm=r[6], joule_budget=r[7], budget_period=r[8],
+                       models=tuple(r[9].split(",")) if r[9] is not None else None)
+                for r in rows]
+
+    def close(self) -> None:
+        self._db.close()
+
+
+ADMIN_ID = "admin"
+
+
+class KeyRing:
+    """The active keys in memory, by hash; refreshed from the store. The admin
+    key (JOULEGATE_ADMIN_KEY) is never stored: it is compared to the setting."""
+
+    def __init__(self, store: KeyStore, refresh_s: float = 2.0,
+                 admin_secret: str | None = None) -> None:
+        self._store = store
+        self._admin = ApiKey(ADMIN_ID, ADMIN_ID, digest(admin_secret), 0.0) \
+            if admin_secret else None
+        self._refresh_s = refresh_s
+        self._by_hash: dict[str, ApiKey] = {}
+        self._loaded = float("-inf")
+        self.refresh()
+
+    def refresh(self) -> None:
+        self._by_hash = {k.hash: k for k in self._store.all() if k.revoked is None}
+        self._loaded = time.monotonic()
+
+    def active(self) -> bool:
+        """Whether any key is active (else the gateway runs open)."""
+        self._maybe_refresh()
+        return bool(self._by_hash) or self._admin is not None
+
+    @property
+    def store(self) -> KeyStore:
+        return self._store
+
+    def _maybe_refresh(self) -> None:
+        if time.monotonic() - self._loaded > self._refresh_s:
+            self.refresh()
+
+    def find(self, secret: str) -> ApiKey | None:
+        self._maybe_refresh()
+        h = digest(secret)
+        if self._admin is not None and hmac.compare_digest(self._admin.hash, h):
+            return self._admin
+        key = self._by_hash.get(h)
+        if key is None or not hmac.compare_digest(key.hash, h):
+            return None
+        return key

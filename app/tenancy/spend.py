@@ -1,0 +1,237 @@
+"""The usage ledger: one row per finished request, and each key's joules per
+budget period.
+
+Rows are written by a background thread in batches (every `flush_s`, or
+`batch` rows), never on a request's path; a row is written once its energy
+figure is final (net and gross joules, source). `close` writes what is left.
+Each key's spend in its current period is kept in memory (loaded from the
+table when first asked, added to as rows are recorded, and re-read every
+few seconds for gateways that share the database), so a budget check is a
+dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import logging
+import operator
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from app.tenancy.database import Database, DatabaseError
+from app.tenancy.keys import ApiKey, BudgetPeriod
+
+log = logging.getLogger("joulegate.usage")
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    time: float
+    key_id: str | None
+    key_name: str | None
+    route: str
+    tier: str
+    backend: str
+    strategy: str
+    category: str
+    status: str
+    prompt_tokens: int
+    completion_tokens: int
+    energy_net_j: float | None
+    energy_gross_j: float | None
+    source: str
+    latency_s: float
+
+
+COLUMNS = [f.name for f in fields(UsageRow)]
+
+
+def period_start(period: BudgetPeriod, now: float) -> float:
+    """Start of the UTC day, ISO week (Monday) or month holding `now`."""
+    d = dt.datetime.fromtimestamp(now, dt.UTC)
+    day = d.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        start = day
+    elif period == "week":
+        start = day - dt.timedelta(days=day.weekday())
+    else:
+        start = day.replace(day=1)
+    return start.timestamp()
+
+
+def period_end(period: BudgetPeriod, now: float) -> float:
+    start = dt.datetime.fromtimestamp(period_start(period, now), dt.UTC)
+    if period == "day":
+        return (start + dt.timedelta(days=1)).timestamp()
+    if period == "week":
+        return (start + dt.timedelta(days=7)).timestamp()
+    days = calendar.monthrange(start.year, start.month)[1]
+    return (start + dt.timedelta(days=days)).timestamp()
+
+
+class SpendLedger:
+    """Usage rows and per-key period spend over app.tenancy.database (SQLite or
+    PostgreSQL). Spend cached in memory is re-read from the table every
+    `refresh_s` on the writer thread, so gateways sharing one database see
+    each other's spending within seconds; a request never waits for it."""
+
+    def __init__(self, url: str, flush_s: float = 0.5, batch: int = 200,
+                 clock: Callable[[], float] = time.time, refresh_s: float = 2.0) -> None:
+        self._db = Database.open(url)
+        self._clock = clock
+        self._wake = threading.Event()  # a batch is full, or closing
+        self._closing = False
+        self._flush_s = flush_s
+        self._batch = batch
+        self._refresh_s = refresh_s
+        self._lock = threading.Lock()
+        # key id -> (start of the period last asked about, net joules since then)
+        self._spent: dict[str, tuple[float, float]] = {}
+        self._unwritten: list[UsageRow] = []  # recorded, not yet committed (FIFO)
+        self._thread = threading.Thread(target=self._write, name="joulegate-usage",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- budgets ---------------------------------------------------------
+    def spent_j(self, key: ApiKey) -> float:
+        """Net joules of the key's finished requests in its current period."""
+        start = period_start(key.budget_period, self._clock())
+        with self._lock:
+            cached = self._spent.get(key.id)
+            if cached is not None and cached[0] == start:
+                return cached[1]
+        return self._reload(key.id, start)
+
+    def _reload(self, key_id: str, start: float) -> float:
+        """The key's spend since `start`: committed rows plus ours not yet written."""
+        try:
+            committed = float(self._db.execute(
+                "SELECT COALESCE(SUM(energy_net_j), 0) FROM usage WHERE key_id = ? "
+                "AND time >= ?", (key_id, start)).rows[0][0])
+        except DatabaseError as exc:
+            log.warning("cannot read spend of key %s: %s", key_id, exc)
+            with self._lock:
+                cached = self._spent.get(key_id)
+                if cached is not None and cached[0] == start:
+                    return cached[1]
+                return self._pending(key_id, start)  # what is known; not cached
+        with self._lock:
+            total = committed + self._pending(key_id, start)
+            self._spent[key_id] = (start, total)
+            return total
+
+    def _pending(self, key_id: str, start: float) -> float:
+        return sum(r.energy_net_j or 0.0 for r in self._unwritten
+                   if r.key_id == key_id and r.time >= start)
+
+    # -- rows ------------------------------------------------------------
+    def record(self, row: UsageRow) -> None:
+        with self._lock:
+            key_id = row.key_id
+            cached = self._spent.get(key_id) if key_id is not None else None
+            if key_id is not None and cached is not None and row.time >= cached[0]:
+                self._spent[key_id] = (cached[0], cached[1] + (row.energy_net_j or 0.0))
+            self._unwritten.append(row)
+            if len(self._unwritten) == self._batch:
+                self._wake.set()
+
+    def _write(self) -> None:
+        """The writer thread: every `flush_s` (or when a batch is full) commits
+        the oldest unwritten rows, a batch at a time, in one transaction each.
+        A batch the database refuses stays first in line and is tried again, so
+        no committed row is lost and none is written twice."""
+        values = operator.attrgetter(*COLUMNS)
+        refreshed = time.monotonic()
+        while True:
+            self._wake.wait(self._flush_s)
+            self._wake.clear()
+            while True:
+                with self._lock:  # only this thread removes rows, from the front
+                    rows = self._unwritten[:self._batch]
+                    closing = self._closing
+                if not rows:
+                    break
+                try:
+                    self._db.insert("usage", COLUMNS, [values(r) for r in rows])
+                except DatabaseError as exc:
+                    log.warning("usage rows not written yet (%d, will retry): %s",
+                                len(rows), exc)
+                    break
+                with self._lock:
+                    del self._unwritten[:len(rows)]
+            if closing:
+                return  # what the database refused stays unwritten
+            if time.monotonic() - refreshed > self._refresh_s:
+                refreshed = time.monotonic()
+                with self._lock:
+                    cached = list(self._spent.items())
+                for key_id, (start, _) in cached:
+                    self._reload(key_id, start)
+
+    def rows(self, key_id: str | None, since: float, limit: int | None = None
+             ) -> list[dict[str, Any]]:
+        """Finished requests since `since` (a key's own, or all for None),
+        oldest first; with `limit`, the newest `limit` of them."""
+        where, args = _where(key_id, since)
+        sql = f"SELECT {', '.join(COLUMNS)} FROM usage WHERE {where} ORDER BY time DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        found = self._db.execute(sql, args).rows
+        return [dict(zip(COLUMNS, r, strict=True)) for r in reversed(found)]
+
+    def totals(self, key_id: str | None, since: float, key_name: str | None = None
+               ) -> dict[str, Any]:
+        """Requests, tokens and net joules since `since`: in all, by UTC day and
+        by backend, summed by the database (however many rows there are)."""
+        where, args = _where(key_id, since)
+        if key_name is not None:
+            where += " AND key_name = ?"
+            args.append(key_name)
+        day = "FLOOR(time / 86400)" if self._db.postgres else "CAST(time / 86400 AS INTEGER)"
+        groups = self._db.execute(
+            f"SELECT {day} AS day, backend, COUNT(*), COALESCE(SUM(prompt_tokens), 0), "
+            "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(energy_net_j), 0) "
+            f"FROM usage WHERE {where} GROUP BY {day}, backend", args).rows
+        total: dict[str, Any] = {}
+        by_day: dict[str, dict[str, Any]] = {}
+        by_model: dict[str, dict[str, Any]] = {}
+        for number, backend, *sums in sorted(groups, key=lambda g: (g[0], str(g[1]))):
+            date = dt.datetime.fromtimestamp(int(number) * 86400, dt.UTC).strftime("%Y-%m-%d")
+            for into in (total, by_day.setdefault(date, {}),
+                         by_model.setdefault(str(backend), {})):
+                _add(into, *sums)
+        return {"totals": total, "by_day": by_day, "by_model": dict(sorted(by_model.items()))}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+        self._wake.set()
+        self._thread.join(timeout=10)
+        self._db.close()
+
+
+def parse_since(text: str) -> float | None:
+    """Seconds in "90s", "30m", "24h", "7d"; None if unreadable."""
+    m = re.fullmatch(r"([0-9]{1,9}(?:\.[0-9]{1,6})?)([smhd])", text)
+    if m is None:
+        return None
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _where(key_id: str | None, since: float) -> tuple[str, list[Any]]:
+    if key_id is None:
+        return "time >= ?", [since]
+    return "key_id = ? AND time >= ?", [key_id, since]
+
+
+def _add(into: dict[str, Any], requests: int, prompt: int, completion: int,
+         net_j: float) -> None:
+    into["requests"] = into.get("requests", 0) + int(requests)
+    into["prompt_tokens"] = into.get("prompt_tokens", 0) + int(prompt)
+    into["completion_tokens"] = into.get("completion_tokens", 0) + int(completion)
+    into["energy_net_j"] = into.get("energy_net_j", 0.0) + float(net_j)

@@ -1,0 +1,293 @@
+"""The gateway against fake workers (the client seam): hostile input, worker
+errors, failover, admission and timeouts, without waiting for real models."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from app.tools.embedded import RunningGateway, run_gateway
+from tests.app.fake_workers import LARGE, SMALL, FakeWorkers, fake_catalog, hang, sse_answer
+
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture
+def fakes() -> FakeWorkers:
+    return FakeWorkers()
+
+
+@pytest.fixture
+def gw(fakes: FakeWorkers) -> Iterator[RunningGateway]:
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60) as g:
+        yield g
+
+
+def chat(gw: RunningGateway, body: dict[str, object], **kw: object) -> httpx.Response:
+    return httpx.post(gw.v1 + "/chat/completions", json=body, timeout=10, **kw)  # type: ignore[arg-type]
+
+
+def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> dict[str, object]:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    if code is not None:
+        assert err["code"] == code
+    return err  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("body", "code", "param"), [
+    ({"model": "auto", "messages": MSG, "max_tokens": 10**12}, "invalid_value", "max_tokens"),
+    ({"model": "small", "messages": MSG, "max_tokens": 5000}, None, "max_tokens"),
+    ({"model": "auto", "messages": MSG, "max_tokens": 5000}, None, "max_tokens"),
+    ({"model": "auto", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x/cat.png"}}]}]}, None, "messages"),
+    ({"model": "auto", "messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]},
+     "unsupported_content", "messages"),
+    ({"model": "auto", "messages": [{"role": "user", "content": [{"type": "hologram"}]}]},
+     "invalid_value", "messages.0.content.0.type"),
+    ({"model": "auto", "messages": [{"role": "user", "content": [{"type": "text"}]}]},
+     "invalid_value", "messages.0.content.0.text"),
+])
+def test_hostile_bodies_are_400(gw: RunningGateway, fakes: FakeWorkers,
+                                body: dict[str, object], code: str | None, param: str) -> None:
+    err = assert_envelope(chat(gw, body), 400, code)
+    assert err["param"] == param
+    assert fakes.posts_to(SMALL) + fakes.posts_to(LARGE) == 0
+
+
+def test_deep_json_is_400_not_500(gw: RunningGateway) -> None:
+    for depth in (40, 600, 100_000):
+        raw = b'{"model":"auto","messages":' + b"[" * depth + b"]" * depth + b"}"
+        r = httpx.post(gw.v1 + "/chat/completions", content=raw,
+                       headers={"content-type": "application/json"})
+        assert_envelope(r, 400, "json_too_deep")
+
+
+def test_only_json_bodies(gw: RunningGateway) -> None:
+    raw = json.dumps({"model": "auto", "messages": MSG}).encode()
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"content-type": ctype} if ctype else {}
+        r = httpx.post(gw.v1 + "/chat/completions", content=raw, headers=headers)
+        assert_envelope(r, 415, "unsupported_media_type")
+    r = httpx.post(gw.v1 + "/chat/completions", content=raw,
+                   headers={"content-type": "application/json; charset=utf-8"})
+    assert r.status_code == 200
+
+
+def test_405_says_allow(gw: RunningGateway) -> None:
+    r = httpx.get(gw.v1 + "/chat/completions")
+    assert_envelope(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(("worker_status", "status", "code"), [
+    (400, 400, "upstream_rejected"), (500, 502, "upstream_error"),
+    (503, 503, "upstream_unavailable")])
+def test_worker_errors_are_wrapped(gw: RunningGateway, fakes: FakeWorkers, worker_status: int,
+                                   status: int, code: str) -> None:
+    async def fail(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(worker_status, json={"error": {
+            "code": worker_status, "message": "the worker says no", "type": "x"}})
+    fakes.behaviour[SMALL] = fail
+    r = chat(gw, {"model": "small", "messages": MSG})
+    err = assert_envelope(r, status, code)
+    assert "the worker says no" in str(err["message"])
+    if status == 503:
+        assert int(r.headers["retry-after"]) >= 1
+
+
+def test_worker_error_mid_stream(gw: RunningGateway, fakes: FakeWorkers) -> None:
+    async def broken(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse_answer(2, error="out of memory"))
+    fakes.behaviour[SMALL] = broken
+    assert_envelope(chat(gw, {"model": "small", "messages": MSG}), 502)
+    with httpx.stream("POST", gw.v1 + "/chat/completions", timeout=10,
+                      json={"model": "small", "messages": MSG, "stream": True}) as r:
+        events = [e for e in r.read().decode().split("\n\n") if e.strip()]
+    err = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert set(err) == {"message", "type", "param", "code"} and "out of memory" in err["message"]
+    assert events[-1] == "data: [DONE]"
+
+
+def test_model_is_the_configured_name(gw: RunningGateway) -> None:
+    body = chat(gw, {"model": "small", "messages": MSG, "max_tokens": 2}).json()
+    assert body["model"] == "tiny-small"
+    with httpx.stream("POST", gw.v1 + "/chat/completions", timeout=10, json={
+            "model": "small", "messages": MSG, "stream": True,
+            "stream_options": {"include_usage": True}}) as r:
+        text = r.read().decode()
+    assert "tiny-small.gguf" not in text and '"model":"tiny-small"' in text
+
+
+def test_energy_ids_cannot_be_guessed(gw: RunningGateway) -> None:
+    ids = [chat(gw, {"model": "small", "messages": MSG}).headers["x-joulegate-energy-id"]
+           for _ in range(3)]
+    tails = [i.split("/", 1)[1] for i in ids]
+    assert len(set(tails)) == 3 and all(len(t) >= 21 for t in tails)  # >= 126 bits
+
+
+def test_unmet_joule_cap_is_reported(gw: RunningGateway) -> None:
+    headers = {"x-joulegate-max-joules": "1e-9"}
+    r = chat(gw, {"model": "auto", "messages": MSG}, headers=headers)
+    assert r.status_code == 200 and r.headers["x-joulegate-joule-cap"] == "unmet"
+    d = httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": MSG},
+                   headers=headers).json()
+    assert d["joule_cap_met"] is False and "cap" in d["reason"]
+    r = chat(gw, {"model": "auto", "messages": MSG}, headers={"x-joulegate-max-joules": "1e9"})
+    assert "x-joulegate-joule-cap" not in r.headers
+
+
+def test_auto_fails_over_from_a_dead_tier(gw: RunningGateway, fakes: FakeWorkers) -> None:
+    fakes.down.add(SMALL)
+    cheap = {"x-joulegate-policy": "min-energy"}  # picks the small tier
+    r = chat(gw, {"model": "auto", "messages": MSG}, headers=cheap)
+    assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large"
+    assert r.headers["x-joulegate-degraded"] == "small:direct unavailable"
+    for _ in range(4):  # (the learned lengths may now make large the cheapest)
+        r = chat(gw, {"model": "auto", "messages": MSG}, headers=cheap)
+        assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large"
+    for _ in range(2):  # refused connections: the third failure opens the breaker
+        forced = chat(gw, {"model": "small", "messages": MSG})
+        assert_envelope(forced, 503, "no_healthy_worker")
+        assert int(forced.headers["retry-after"]) >= 1
+    ready = httpx.get(gw.url + "/readyz").json()
+    assert ready["degraded"] == ["small"] and ready["ready"] is True
+
+
+def test_route_avoids_an_ejected_tier(gw: RunningGateway) -> None:
+    pool = gw.app.state.gateway.pool
+    small = next(s for s in pool.all_states() if s.replica.base == SMALL)
+    for _ in range(3):
+        pool.report(small, ok=False)
+    d = httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": MSG},
+                   headers={"x-joulegate-policy": "min-energy"}).json()
+    assert d["tier"] == "large" and d["degraded"] == "small:direct"
+    assert "degraded" in d["reason"]
+
+
+def test_dropped_connection_is_retried_and_does_not_count(
+        gw: RunningGateway, fakes: FakeWorkers) -> None:
+    calls = {"n": 0}
+
+    async def stale_once(request: httpx.Request) -> httpx.Response:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise httpx.RemoteProtocolError("Server disconnected", request=request)
+        return await sse_ok(request)
+    fakes.behaviour[SMALL] = stale_once
+    assert chat(gw, {"model": "small", "messages": MSG}).status_code == 200
+    assert calls["n"] == 2
+    state = next(s for s in gw.app.state.gateway.pool.all_states() if s.replica.base == SMALL)
+    assert state.breaker.failures == 0 and state.breaker.state == "closed"
+
+
+async def sse_ok(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, content=sse_answer(2))
+
+
+def test_overload_is_a_fast_429_and_health_stays_up(fakes: FakeWorkers) -> None:
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(1.0)
+        return await sse_ok(request)
+    fakes.behaviour[SMALL] = slow
+    catalog = fake_catalog()
+    small = catalog.backends[0].model_copy(update={
+        "max_queue": 1, "replicas": [catalog.backends[0].replicas[0].model_copy(
+            update={"max_concurrency": 1})]})
+    catalog = catalog.model_copy(update={"backends": [small, catalog.backends[1]]})
+    with run_gateway(catalog, fakes.seams(), health_interval_seconds=60) as g, \
+            concurrent.futures.ThreadPoolExecutor(6) as pool:
+        # One request first: what a gateway's first request pays once (lazy
+        # imports, first validations) is not what a refusal costs.
+        assert chat(g, {"model": "large", "messages": MSG}).status_code == 200
+
+        def one(_: int) -> tuple[int, float, str | None]:
+            start = time.perf_counter()
+            r = chat(g, {"model": "small", "messages": MSG})
+            return r.status_code, time.perf_counter() - start, r.headers.get("retry-after")
+        futures = [pool.submit(one, i) for i in range(5)]
+        time.sleep(0.3)
+        health_s = []
+        with httpx.Client() as probe:
+            for _ in range(5):
+                t0 = time.perf_counter()
+                assert probe.get(g.url + "/healthz").status_code == 200
+                health_s.append(time.perf_counter() - t0)
+        assert sorted(health_s)[2] < 0.1, health_s
+        results = [f.result() for f in futures]
+    ok = [r for r in results if r[0] == 200]
+    refused = [r for r in results if r[0] == 429]
+    assert len(ok) == 2 and len(refused) == 3, results
+    assert all(s < 0.5 and ra == "1" for _, s, ra in refused), results
+
+
+def test_hung_worker_first_byte_timeout(fakes: FakeWorkers) -> None:
+    fakes.behaviour[SMALL] = hang
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60,
+                     first_byte_timeout_seconds=0.3) as g:
+        start = time.perf_counter()
+        assert_envelope(chat(g, {"model": "small", "messages": MSG}), 504, "upstream_timeout")
+        assert time.perf_counter() - start < 2
+
+
+def test_openapi_declares_every_body(gw: RunningGateway) -> None:
+    doc = httpx.get(gw.url + "/openapi.json").json()
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/route"):
+        op = doc["paths"][path]["post"]
+        schema = op["requestBody"]["content"]["application/json"]["schema"]
+        assert "model" in schema["properties"]
+        assert {"400", "429", "503"} <= set(op["responses"])
+    assert "Message" in doc["components"]["schemas"] and "Error" in doc["components"]["schemas"]
+
+
+def test_route_shows_complexity_candidates_and_target(gw: RunningGateway) -> None:
+    body = {"model": "auto", "messages": MSG}
+    d = httpx.post(gw.v1 + "/route", json=body,
+                   headers={"x-joulegate-quality-target": "0.9"}).json()
+    assert 0 <= d["complexity"] <= 1 and d["quality_target"] == 0.9
+    assert len(d["candidates"]) == 4
+    assert set(d["candidates"][0]) == {"tier", "backend", "strategy", "expected_quality",
+                                       "expected_joules", "completion_tokens", "pricing"}
+    bad = httpx.post(gw.v1 + "/route", json=body, headers={"x-joulegate-quality-target": "2"})
+    assert_envelope(bad, 400)
+
+
+def test_last_event_without_a_blank_line_is_not_lost(gw: RunningGateway,
+                                                     fakes: FakeWorkers) -> None:
+    async def unterminated(request: httpx.Request) -> httpx.Response:
+        body = sse_answer(2, prompt_tokens=11).removesuffix(b"data: [DONE]\n\n")
+        return httpx.Response(200, content=body.rstrip(b"\n"))
+    fakes.behaviour[SMALL] = unterminated
+    r = chat(gw, {"model": "small", "messages": MSG})
+    assert r.status_code == 200
+    assert r.json()["usage"]["prompt_tokens"] == 11  # the worker's, from its last event
+
+
+def test_the_traffic_routes_take_the_direct_path_with_the_same_errors(
+        gw: RunningGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.http.asgi import DIRECT, GatewayApp
+
+    app = gw.app
+    assert isinstance(app, GatewayApp) and set(app.direct) == set(DIRECT)
+    assert chat(gw, {"model": "small", "messages": MSG}).status_code == 200
+    assert_envelope(httpx.post(gw.v1 + "/chat/completions", content=b"{", timeout=10,
+                               headers={"content-type": "application/json"}), 400)
+    assert_envelope(httpx.post(gw.v1 + "/completions", json={"model": "nope", "prompt": "x"},
+                               timeout=10), 404, "model_not_found")
+    wrong = httpx.get(gw.v1 + "/chat/completions", timeout=10)  # FastAPI's path
+    assert_envelope(wrong, 405) and "POST" in wrong.headers["allow"]
+
+    async def broken(request: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(app.direct, "/v1/chat/completions", broken)
+    err = assert_envelope(chat(gw, {"model": "small", "messages": MSG}), 500)
+    assert err["type"] == "server_error" and "RuntimeError" in str(err["message"])

@@ -1,0 +1,80 @@
+"""The in-process meter hands each waiting request its final figure: when a
+counter step makes it final, at once when it already is, and the provisional
+one after the timeout when the counter stopped."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.metering.meter import LocalMeter
+from telemetry.ledger import Ledger
+from telemetry.timeline import EnergyFigure
+from tests.telemetry.fakes import Clock, SteppingCounter
+from tests.telemetry.test_ledger import IDLE_W, drive
+
+
+def _setup() -> tuple[LocalMeter, Ledger, SteppingCounter, Clock]:
+    clock = Clock()
+    counter = SteppingCounter(lambda t: IDLE_W + 100.0, clock)
+    ledger = Ledger("nvml", prefill_weight=0.0, idle_power_w=IDLE_W, clock=clock)
+    drive(ledger, counter, clock, 1.0)
+    return LocalMeter({"gpu0": ledger}, settle_timeout_s=0.3), ledger, counter, clock
+
+
+def test_final_figures_reach_their_requests() -> None:
+    meter, ledger, counter, clock = _setup()
+    got: dict[str, EnergyFigure | None] = {}
+
+    async def run() -> None:
+        windows = [await meter.open("gpu0") for _ in range(3)]
+        drive(ledger, counter, clock, 1.5)
+        for w in windows:
+            assert w is not None
+            await meter.close(w, [(0.0, 10, 0), (0.4, 10, 20)])
+            meter.when_final(w, lambda f, w=w: got.__setitem__(w, f))
+        assert not got  # nothing is final before the next counter step
+        drive(ledger, counter, clock, 2.0)  # steps: all three final, one hop to the loop
+        await asyncio.sleep(0.01)
+        assert len(got) == 3 and all(f is not None and f.final for f in got.values())
+        meter.when_final(windows[0], lambda f: got.__setitem__("again", f))
+        await asyncio.sleep(0.01)  # already final: given at once
+        assert got["again"] == got[windows[0]]
+
+    asyncio.run(run())
+
+
+async def _one_waiting(meter: LocalMeter, ledger: Ledger, counter: SteppingCounter,
+                       clock: Clock, got: list[EnergyFigure | None]) -> None:
+    """A request run and closed, its callback left; no counter step since."""
+    w = await meter.open("gpu0")
+    assert w is not None
+    drive(ledger, counter, clock, 1.5)
+    await meter.close(w, [(0.0, 10, 0), (0.4, 10, 20)])
+    meter.when_final(w, got.append)
+
+
+def test_a_stopped_counter_gives_the_provisional_figure_after_the_timeout() -> None:
+    meter, ledger, counter, clock = _setup()
+    got: list[EnergyFigure | None] = []
+
+    async def run() -> None:
+        await _one_waiting(meter, ledger, counter, clock, got)
+        await asyncio.sleep(0.1)
+        assert not got
+        await asyncio.sleep(0.6)  # the timeout (0.3 s) and a sweep (every 0.25 s)
+        assert len(got) == 1 and got[0] is not None and not got[0].final
+        await meter.drain(1.0)  # nothing left waiting: returns at once
+
+    asyncio.run(run())
+
+
+def test_drain_gives_every_waiting_request_a_figure() -> None:
+    meter, ledger, counter, clock = _setup()
+    got: list[EnergyFigure | None] = []
+
+    async def run() -> None:
+        await _one_waiting(meter, ledger, counter, clock, got)
+        await meter.drain(0.0)
+
+    asyncio.run(run())
+    assert len(got) == 1 and got[0] is not None

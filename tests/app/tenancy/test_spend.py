@@ -1,0 +1,73 @@
+"""The usage ledger: rows written in batches off the request path, budgets per
+period from memory, everything back after a reopen."""
+
+from __future__ import annotations
+
+import time
+
+from app.tenancy.keys import ApiKey
+from app.tenancy.spend import SpendLedger, UsageRow, period_end, period_start
+
+KEY = ApiKey("k1", "team-a", "h", 0.0, joule_budget=10.0, budget_period="day")
+
+
+def row(t: float, joules: float, key: str | None = "k1", backend: str = "small") -> UsageRow:
+    return UsageRow(t, key, "team-a" if key else None, "auto", "small", backend, "direct",
+                    "chat", "ok", 10, 5, joules, joules + 1.0, "nvml", 0.01)
+
+
+def test_spend_counts_before_and_after_the_rows_are_written(database: str) -> None:
+    now = time.time()
+    ledger = SpendLedger(database, flush_s=0.05)
+    assert ledger.spent_j(KEY) == 0.0
+    ledger.record(row(now, 3.0))
+    ledger.record(row(now, 4.0))
+    ledger.record(row(period_start("day", now) - 1, 100.0))  # the previous day
+    ledger.record(row(now, 50.0, key=None))  # an open gateway's request
+    assert ledger.spent_j(KEY) == 7.0  # unwritten rows count at once
+    ledger.close()
+    reopened = SpendLedger(database)
+    assert reopened.spent_j(KEY) == 7.0
+    rows = reopened.rows("k1", period_start("day", now))
+    assert [r["energy_net_j"] for r in rows] == [3.0, 4.0]
+    assert len(reopened.rows(None, 0.0)) == 4
+    assert [r["energy_net_j"] for r in reopened.rows(None, 0.0, limit=2)] == [4.0, 50.0]
+    totals = reopened.totals("k1", period_start("day", now))
+    assert totals["totals"] == {"requests": 2, "prompt_tokens": 20, "completion_tokens": 10,
+                                "energy_net_j": 7.0}
+    assert list(totals["by_model"]) == ["small"]
+    day = time.strftime("%Y-%m-%d", time.gmtime(now))
+    assert totals["by_day"] == {day: totals["totals"]}
+    everyone = reopened.totals(None, 0.0)
+    assert everyone["totals"]["requests"] == 4 and len(everyone["by_day"]) == 2
+    assert everyone["totals"]["energy_net_j"] == 157.0
+    assert reopened.totals(None, 0.0, key_name="team-a")["totals"]["requests"] == 3
+    reopened.close()
+
+
+def test_periods_hold_now() -> None:
+    now = time.time()
+    for p in ("day", "week", "month"):
+        assert period_start(p, now) <= now < period_end(p, now)  # type: ignore[arg-type]
+
+
+def test_rows_the_database_refuses_are_written_once_it_takes_them(database: str) -> None:
+    from app.tenancy.database import Database
+
+    other = Database(database)  # another client: takes the table away, then back
+    ledger = SpendLedger(database, flush_s=0.05)
+    other.execute("ALTER TABLE usage RENAME TO usage_away")
+    now = time.time()
+    for i in range(5):
+        ledger.record(row(now + i, 1.0))
+    time.sleep(0.5)  # several refused attempts
+    assert ledger.spent_j(KEY) == 5.0  # still counted against the budget
+    other.execute("ALTER TABLE usage_away RENAME TO usage")
+    deadline = time.monotonic() + 5
+    while other.execute("SELECT COUNT(*) FROM usage").rows[0][0] < 5:
+        assert time.monotonic() < deadline, "rows never written"
+        time.sleep(0.05)
+    ledger.close()
+    times = [r[0] for r in other.execute("SELECT time FROM usage ORDER BY time").rows]
+    assert times == [now + i for i in range(5)]  # in order, each once
+    other.close()
