@@ -1,8 +1,22 @@
-"""Errors the gateway answers with, in the OpenAI envelope, mapped to HTTP once.
+"""Every error the gateway answers with: the one table from domain errors to
+an HTTP status and the OpenAI envelope.
 
-Foreign exceptions (httpx, pydantic) are translated where they arise (the
-upstream adapter, the request parser) into `ApiError`; this module turns an
-`ApiError` into a response.
+Foreign exceptions (httpx, httptools, pydantic, SQL drivers) are translated
+once where they arise, into each package's own root; this module maps those
+roots to `ApiError`, and app.http.handlers turns an `ApiError` into a response.
+The tree:
+
+- `ApiError` (here): status, message, type, param, code, headers.
+- `app.upstream.client.UpstreamFault`: `UpstreamError` (kind unavailable,
+  reset, timeout, broken), `pool.NoReplica`, `pool.Overloaded`
+  -> `begin_failed`, `from_upstream`: 503, 429, 504, 502.
+- a worker's own non-200 answer -> `upstream_rejected`: 400, 503, 502.
+- `router.decision.Unroutable` -> the planner: 429 (all full) or 503.
+- `app.tenancy.database.DatabaseError` (`Conflict`) -> `key_exists`: 409.
+- `app.catalog.CatalogError`: at start-up only; the CLI prints its one line.
+- `app.forward.watch.ClientLeft`: the client is gone, nobody to answer (499).
+- `telemetry.reader.ReaderError`: never reaches a client; the energy
+  figure says the counter failed.
 """
 
 from __future__ import annotations
@@ -13,9 +27,8 @@ import math
 import time
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from app.upstream.client import UpstreamError, UpstreamFault
+from app.upstream.pool import NoReplica, Overloaded
 
 
 class ApiError(Exception):
@@ -136,32 +149,65 @@ def upstream_failed(backend: str, detail: str) -> ApiError:
     )
 
 
-async def on_api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    hook = getattr(request.app.state, "on_error", None)  # set by the app's lifespan
-    if hook is not None:
-        hook(exc.status, exc.code)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+def begin_failed(exc: UpstreamFault, tier: str, backend: str, queued: int,
+                 retry_after_s: float) -> ApiError:
+    """A request that could not start on its backend."""
+    if isinstance(exc, Overloaded):
+        return overloaded(backend, queued)
+    if isinstance(exc, NoReplica):
+        return no_healthy_worker(tier, exc.retry_after_s)
+    assert isinstance(exc, UpstreamError)
+    if exc.kind == "unavailable":
+        return no_healthy_worker(tier, retry_after_s)
+    return from_upstream(backend, exc)
 
 
-async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
-    err = ApiError(500, f"Internal error: {type(exc).__name__}", "server_error")
-    return JSONResponse(err.body(), status_code=500)
+def begin_status(exc: UpstreamFault) -> str:
+    """The `status` label of a request that could not start."""
+    if isinstance(exc, Overloaded):
+        return "overloaded"
+    if isinstance(exc, NoReplica):
+        return "no_worker"
+    assert isinstance(exc, UpstreamError)
+    return "no_worker" if exc.kind == "unavailable" else f"upstream_{exc.kind}"
 
 
-def install_handlers(app: FastAPI) -> None:
-    """Answer every error, ours or the framework's, in the OpenAI envelope."""
+def from_upstream(backend: str, exc: UpstreamError) -> ApiError:
+    """A worker that failed after the request reached it."""
+    if exc.kind == "timeout":
+        return upstream_timeout(backend)
+    return upstream_failed(backend, exc.detail)
 
-    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        err = ApiError(exc.status_code, str(exc.detail), "invalid_request_error", None, code)
-        hook = getattr(request.app.state, "on_error", None)
-        if hook is not None:
-            hook(exc.status_code, code)
-        # Starlette's headers (405's Allow) are kept.
-        return JSONResponse(err.body(), status_code=exc.status_code, headers=exc.headers)
 
-    app.add_exception_handler(ApiError, on_api_error)
-    app.add_exception_handler(StarletteHTTPException, on_http_error)
-    app.add_exception_handler(Exception, on_unexpected)
+def body_too_large(limit_bytes: int) -> ApiError:
+    return ApiError(413, f"Request body is larger than {limit_bytes} bytes",
+                    "invalid_request_error", None, "body_too_large")
+
+
+def unsupported_media_type(content_type: str | None) -> ApiError:
+    return ApiError(415, f"Content-Type must be application/json, not '{content_type or ''}'",
+                    "invalid_request_error", None, "unsupported_media_type")
+
+
+def energy_not_found(wid: str) -> ApiError:
+    return ApiError(404, f"No energy record '{wid}'", "invalid_request_error", "id",
+                    "energy_not_found")
+
+
+def key_exists(message: str) -> ApiError:
+    return ApiError(409, message, "invalid_request_error", "name", "key_exists")
+
+
+def key_not_found(name: str) -> ApiError:
+    return ApiError(404, f"No active key named '{name}'", "invalid_request_error", "name",
+                    "key_not_found")
+
+
+def internal(exc: Exception) -> ApiError:
+    return ApiError(500, f"Internal error: {type(exc).__name__}", "server_error")
+
+
+def framework(status: int, detail: str) -> ApiError:
+    """The framework's own refusals (an unknown path, a wrong method)."""
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status)
+    return ApiError(status, detail, "invalid_request_error", None, code)

@@ -14,13 +14,16 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from app.catalog import Catalog, Device, load_catalog
-from app.errors import install_handlers
 from app.forward.exchange import Parts
+from app.forward.planner import Planner, RouterLike
 from app.forward.proxy import Proxy
+from app.forward.traffic import Traffic
 from app.http.asgi import GatewayApp
+from app.http.gateway import Gateway
+from app.http.handlers import install_handlers
 from app.http.openapi import install_openapi
 from app.http.requests import ChatRequest, CompletionRequest
-from app.http.routes import Gateway, RouterLike, build_routes
+from app.http.routes import build_routes
 from app.metering.meter import LocalMeter, Meter, RemoteMeter
 from app.routing import LengthBook, build_router
 from app.settings import Settings
@@ -129,9 +132,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             log.warning("no API keys in %s: serving without authentication "
                         "(create one: joulegate keys create --name NAME)", settings.state_dir)
         spend = SpendLedger(settings.database())
+        planner = Planner(catalog, pool, router, metrics, Traffic(), spend,
+                          settings.budget_steer_at)
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
                             token_rates(catalog), limits.spent,
-                            lambda row: record_usage(row, spend, metrics)))
+                            lambda row: record_usage(row, spend, metrics)), planner)
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
@@ -139,10 +144,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         for b in catalog.backends:
             metrics.init_backend(b.tier, b.name, catalog.baseline)
         app.state.on_error = metrics.rejected
-        app.state.gateway = Gateway(
-            catalog, pool, proxy, router, metrics,
-            settings.max_body_bytes, settings.policy, settings.budget_steer_at, keys=keys,
-            limits=limits, spend=spend)
+        app.state.gateway = Gateway(planner, proxy, metrics, settings.max_body_bytes,
+                                    settings.policy, keys=keys, limits=limits, spend=spend)
         # What start-up built lives as long as the process (the router's
         # vocabularies and coefficients are most of it): out of the cyclic
         # collector's sight, a full collection no longer walks it. It took

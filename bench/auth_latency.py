@@ -1,6 +1,6 @@
 """What authentication, rate limits and the joule budget add to a request.
 
-Times the gateway's own check (`app.http.routes.authorize`: Bearer header, key
+Times the gateway's own check (`app.http.auth.authorize`: Bearer header, key
 lookup by hash with a constant-time compare, budget from memory, requests per
 minute) on a real SQLite state database with 1,000 keys, every key with a
 budget and limits, against the open gateway's check (no keys); and the same
@@ -22,7 +22,8 @@ from typing import Any, cast
 
 from starlette.requests import Request
 
-from app.http.routes import Gateway, authorize
+from app.http.auth import authorize
+from app.http.gateway import Gateway
 from app.tenancy.keys import KeyRing, KeyStore
 from app.tenancy.limits import RateLimits
 from app.tenancy.spend import SpendLedger

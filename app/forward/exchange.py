@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import TracebackType
@@ -25,10 +25,10 @@ from typing import Any
 
 from app import jsonio
 from app.forward import sse
-from app.forward.usage import Prior, chunk_text, loop_chunk, plus_prior, usage_tokens
+from app.forward.plan import Forward
+from app.forward.usage import chunk_text, loop_chunk, plus_prior, usage_tokens
 from app.forward.watch import shielded
 from app.metering.meter import Meter
-from app.tenancy.keys import ApiKey
 from app.tenancy.spend import UsageRow
 from app.upstream.client import Upstream, UpstreamError, UpstreamResponse
 from app.upstream.pool import NoReplica, ReplicaPool, ReplicaState
@@ -42,27 +42,6 @@ log = logging.getLogger("joulegate.exchange")
 
 # Outcomes that say the replica is unwell (its breaker counts them).
 _REPLICA_FAULTS = {"upstream_timeout", "upstream_broken", "upstream_invalid"}
-
-
-@dataclass(frozen=True)
-class Forward:
-    """What to send where, and what the client asked for."""
-
-    path: str
-    body: dict[str, Any]
-    decision: Decision
-    route: str  # "auto" or "forced"
-    stream: bool
-    client_wants_usage: bool
-    prompt_tokens_estimate: int
-    received_at: float  # time.perf_counter() when the request arrived
-    model_name: str = ""  # the name responses carry (the configured model)
-    prior: Prior | None = None  # a first (thinking) request already made for this one
-    disconnected: Callable[[], Awaitable[bool]] | None = None  # the client went away?
-    # For `auto`: the plan without the given backends (failover), or None.
-    fallback: Callable[[frozenset[str]], Forward | None] | None = None
-    key: ApiKey | None = None  # the API key that sent it (None: open gateway)
-    budget_used: float | None = None  # the key's share of its joule budget, when steered
 
 
 MAX_OWNERS = 20_000  # as many as the ledger keeps figures for

@@ -15,25 +15,17 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
-
 from app import jsonio
-from app.errors import (
-    ApiError,
-    no_healthy_worker,
-    overloaded,
-    upstream_failed,
-    upstream_rejected,
-    upstream_timeout,
-)
+from app.errors import ApiError, begin_failed, begin_status, from_upstream, upstream_rejected
 from app.forward import sse
+from app.forward.answer import Answer, Streamed, Whole
 from app.forward.assemble import Assembler
-from app.forward.exchange import Exchange, Forward, Parts
+from app.forward.exchange import Exchange, Parts
+from app.forward.plan import Forward
+from app.forward.planner import Planner
 from app.forward.usage import add_prior_usage, energy_fields, merge_thinking
 from app.forward.watch import ClientLeft, unless_left
-from app.upstream.client import UpstreamError
-from app.upstream.pool import NoReplica, Overloaded
+from app.upstream.client import UpstreamError, UpstreamFault
 from telemetry.timeline import EnergyFigure
 
 log = logging.getLogger("joulegate.proxy")
@@ -42,10 +34,11 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
 class Proxy:
-    def __init__(self, parts: Parts) -> None:
+    def __init__(self, parts: Parts, planner: Planner) -> None:
         self.parts = parts
+        self.planner = planner
 
-    async def forward(self, fw: Forward) -> Response:
+    async def forward(self, fw: Forward) -> Answer:
         ex = await self.begin(fw)
         headers = response_headers(ex.fw)
         if ex.window is not None:
@@ -57,24 +50,25 @@ class Proxy:
         if ex.fw.stream:
             # The background task ends the exchange even if the client left before
             # the stream was ever iterated (the generator's own exit never ran).
-            return StreamingResponse(self._stream(ex), media_type="text/event-stream",
-                                     headers=headers, background=BackgroundTask(ex.end))
+            return Streamed(headers, self._stream(ex), ex.end)
         return await self._collect_watched(ex, headers)
 
     async def begin(self, fw: Forward, count: bool = True) -> Exchange:
-        """A started exchange. For `auto`, a backend that cannot take the request
-        (down, ejected, saturated, unreachable) is replaced by the next-best plan."""
+        """A started exchange. For `auto` and tiers, a backend that cannot take
+        the request (down, ejected, saturated, unreachable) is replaced by the
+        planner's next-best plan without it: the one place requests fail over
+        between backends (among one backend's replicas, `Exchange.begin` moves on)."""
         excluded: set[str] = set()
         while True:
             ex = Exchange(self.parts, fw, count)
             try:
                 await ex.begin()
                 return ex
-            except (NoReplica, Overloaded, UpstreamError) as exc:
+            except UpstreamFault as exc:
                 reachable = isinstance(exc, UpstreamError) and exc.kind != "unavailable"
-                if not reachable and fw.fallback is not None:
+                if not reachable and fw.ask is not None:
                     excluded.add(fw.decision.backend)
-                    nxt = fw.fallback(frozenset(excluded))
+                    nxt = self.planner.replan(fw.ask, frozenset(excluded))
                     if nxt is not None:
                         log.info("%s cannot take the request (%s): failing over to %s",
                                  fw.decision.backend, type(exc).__name__, nxt.decision.backend)
@@ -84,21 +78,15 @@ class Proxy:
                 if count:
                     d = fw.decision
                     self.parts.metrics.request(d.tier, d.backend, fw.route, d.category,
-                                               _status(exc))
+                                               begin_status(exc))
                 raise err from None
 
-    def _begin_error(self, fw: Forward, exc: Exception) -> ApiError:
-        d = fw.decision
-        if isinstance(exc, Overloaded):
-            return overloaded(d.backend, self.parts.pool.queued(d.backend))
-        if isinstance(exc, NoReplica):
-            return no_healthy_worker(d.tier, exc.retry_after_s)
-        assert isinstance(exc, UpstreamError)
-        if exc.kind == "unavailable":
-            return no_healthy_worker(d.tier, self.parts.pool.retry_after_s(d.backend))
-        return api_error(d.backend, exc)
+    def _begin_error(self, fw: Forward, exc: UpstreamFault) -> ApiError:
+        d, pool = fw.decision, self.parts.pool
+        return begin_failed(exc, d.tier, d.backend, pool.queued(d.backend),
+                            pool.retry_after_s(d.backend))
 
-    async def upstream_error(self, ex: Exchange, headers: dict[str, str]) -> Response:
+    async def upstream_error(self, ex: Exchange, headers: dict[str, str]) -> Whole:
         """A worker's non-200 answer in the OpenAI envelope: its 4xx as 400, 503
         as 503, other 5xx as 502, with the worker's message."""
         assert ex.response is not None
@@ -114,8 +102,7 @@ class Proxy:
             except UpstreamError:
                 pass
         err = upstream_rejected(ex.fw.decision.backend, status, _worker_message(raw))
-        return JSONResponse(err.body(), status_code=err.status, headers={**headers,
-                                                                         **err.headers})
+        return Whole(err.status, jsonio.dumps(err.body()), {**headers, **err.headers})
 
     async def _stream(self, ex: Exchange) -> AsyncIterator[bytes]:
         async with ex:
@@ -124,7 +111,7 @@ class Proxy:
                     yield event
             except UpstreamError as exc:
                 ex.status = f"upstream_{exc.kind}"
-                yield api_error(ex.fw.decision.backend, exc).sse_event()
+                yield from_upstream(ex.fw.decision.backend, exc).sse_event()
         if ex.fw.client_wants_usage:
             final = ex.usage_event or {**ex.last_chunk(), "choices": []}
             final["usage"] = final_usage(ex)
@@ -147,22 +134,22 @@ class Proxy:
                     ex.status = "upstream_invalid"
                     raise UpstreamError("broken", "the worker's answer held no events")
         except UpstreamError as exc:
-            raise api_error(ex.fw.decision.backend, exc) from None
+            raise from_upstream(ex.fw.decision.backend, exc) from None
         body = ex.renamed(asm.result(final_usage(ex)))
         if ex.fw.prior is not None:
             merge_thinking(body, ex.fw.prior)
         return body, ex.figure
 
-    async def _collect_watched(self, ex: Exchange, headers: dict[str, str]) -> Response:
+    async def _collect_watched(self, ex: Exchange, headers: dict[str, str]) -> Whole:
         """Collect, but stop the worker as soon as the client goes away."""
         try:
             body, figure = await unless_left(self.collect(ex), ex.fw.disconnected)
         except ClientLeft:
-            return Response(status_code=499)
+            return Whole(499, b"", {}, None)
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
             headers["x-joulegate-energy-source"] = figure.source
-        return JsonAnswer(jsonio.dumps(body), headers)
+        return Whole(200, jsonio.dumps(body), headers)
 
     async def energy(self, window: str) -> EnergyFigure | None:
         return await self.parts.meter.result(window)
@@ -170,22 +157,6 @@ class Proxy:
     async def drain(self, timeout_s: float = 5.0) -> None:
         """Shutting down: the final figures of requests already answered."""
         await self.parts.meter.drain(timeout_s)
-
-
-class JsonAnswer(Response):
-    """A 200 with a JSON body and the gateway's own headers (lower-case names):
-    Starlette's Response, without its general header handling."""
-
-    media_type = "application/json"
-
-    def __init__(self, body: bytes, headers: dict[str, str]) -> None:
-        self.status_code = 200
-        self.background = None
-        self.body = body
-        self.raw_headers = [(b"content-length", str(len(body)).encode()),
-                            (b"content-type", b"application/json"),
-                            *((k.encode("latin-1"), v.encode("latin-1"))
-                              for k, v in headers.items())]
 
 
 def response_headers(fw: Forward) -> dict[str, str]:
@@ -213,15 +184,6 @@ def final_usage(ex: Exchange) -> dict[str, Any]:
     return usage
 
 
-def _status(exc: Exception) -> str:
-    if isinstance(exc, Overloaded):
-        return "overloaded"
-    if isinstance(exc, NoReplica):
-        return "no_worker"
-    assert isinstance(exc, UpstreamError)
-    return "no_worker" if exc.kind == "unavailable" else f"upstream_{exc.kind}"
-
-
 def _worker_message(raw: bytes) -> str:
     try:
         body = json.loads(raw)
@@ -233,9 +195,3 @@ def _worker_message(raw: bytes) -> str:
         if isinstance(msg, str) and msg:
             return msg[:500]
     return raw.decode(errors="replace")[:500] or "no message"
-
-
-def api_error(backend: str, exc: UpstreamError) -> ApiError:
-    if exc.kind == "timeout":
-        return upstream_timeout(backend)
-    return upstream_failed(backend, exc.detail)

@@ -12,22 +12,21 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from fastapi.responses import Response
-
-from app.errors import upstream_failed
-from app.forward.exchange import Forward
-from app.forward.proxy import Proxy, api_error, response_headers
+from app.errors import from_upstream, upstream_failed
+from app.forward.answer import Answer
+from app.forward.plan import Forward
+from app.forward.proxy import Proxy, response_headers
 from app.forward.thinking import close_span, continuation_body, vllm_think_body
 from app.forward.usage import Prior, mark_whole, message_thinking, usage_tokens
 from app.upstream.client import UpstreamError
 
 
-async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Response:
+async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Answer:
     thinking, prior_tokens, figure = "", (0, 0), None
     if budget > 0:
         body = dict(vllm_think_body(fw.body, budget), stream=False)
         think = replace(fw, body=body, stream=False, path="/v1/chat/completions",
-                        fallback=None)
+                        ask=None)
         ex = await proxy.begin(think, count=False)
         assert ex.response is not None
         if ex.response.status != 200:
@@ -43,7 +42,7 @@ async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Response:
                 prior_tokens = usage_tokens(usage, fw.prompt_tokens_estimate, 0)
                 mark_whole(ex.timeline, answer, *prior_tokens)
         except UpstreamError as exc:
-            raise api_error(fw.decision.backend, exc) from None
+            raise from_upstream(fw.decision.backend, exc) from None
         figure = ex.figure
         thinking = message_thinking(answer)
     body = continuation_body(fw.body, close_span(thinking), fw.decision.max_tokens)
@@ -57,3 +56,16 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     return body if isinstance(body, dict) else None
+
+
+async def answer(proxy: Proxy, fw: Forward) -> Answer:
+    """A chat request's answer: a reasoning backend given a thinking budget
+    has it counted, and a `splice` backend gets its budget in two requests."""
+    d = fw.decision
+    backend = proxy.planner.catalog.backend(d.backend)
+    assert backend is not None
+    if backend.reasoning and d.thinking_budget is not None:
+        proxy.parts.metrics.thinking(d.tier, d.backend)
+        if backend.thinking_mode == "splice":
+            return await forward_spliced(proxy, fw, d.thinking_budget)
+    return await proxy.forward(fw)

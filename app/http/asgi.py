@@ -25,8 +25,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.errors import ApiError, on_api_error, on_unexpected
+from app.errors import ApiError
 from app.forward.watch import ClientLeft, unless_left
+from app.http.handlers import on_api_error, on_unexpected
 
 log = logging.getLogger("joulegate.app")
 

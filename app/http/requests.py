@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.errors import ApiError, bad_request
+from app.errors import ApiError, bad_request, body_too_large
 from app.jsonio import loads_exact
 
 MAX_JSON_DEPTH = 32  # OpenAI bodies nest ~6 deep (tools' JSON schemas more)
@@ -81,16 +81,6 @@ def _translate(exc: ValidationError) -> ApiError:
     err = max(exc.errors(), key=lambda e: len(_field_path(e["loc"])))
     param = ".".join(_field_path(err["loc"])) or None
     return bad_request(f"Invalid value for '{param}': {err['msg']}", param, "invalid_value")
-
-
-def body_too_large(limit_bytes: int) -> ApiError:
-    return ApiError(413, f"Request body is larger than {limit_bytes} bytes",
-                    "invalid_request_error", None, "body_too_large")
-
-
-def unsupported_media_type(content_type: str | None) -> ApiError:
-    return ApiError(415, f"Content-Type must be application/json, not '{content_type or ''}'",
-                    "invalid_request_error", None, "unsupported_media_type")
 
 
 def is_json_type(content_type: str | None) -> bool:

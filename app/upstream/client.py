@@ -41,7 +41,14 @@ MAX_CONNECTIONS = 1024  # to all workers together
 JSON_HEADERS = {"content-type": "application/json"}
 
 
-class UpstreamError(Exception):
+class UpstreamFault(Exception):
+    """The root of what goes wrong between the gateway and a backend:
+    `UpstreamError` (a worker or agent could not be reached or answered
+    badly), `pool.NoReplica` (no replica may take requests), `pool.Overloaded`
+    (every replica and the queue full). app.errors maps them to HTTP."""
+
+
+class UpstreamError(UpstreamFault):
     def __init__(self, kind: UpstreamErrorKind, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind: UpstreamErrorKind = kind

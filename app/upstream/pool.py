@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 from app.catalog import Backend, Catalog, Replica
 from app.upstream.breaker import Breaker
-from app.upstream.client import Upstream
+from app.upstream.client import Upstream, UpstreamFault
 
 log = logging.getLogger("joulegate.pool")
 
 
-class NoReplica(Exception):
+class NoReplica(UpstreamFault):
     """No replica of the backend may take requests now (down, ejected)."""
 
     def __init__(self, backend: str, retry_after_s: float) -> None:
@@ -34,7 +34,7 @@ class NoReplica(Exception):
         self.retry_after_s = retry_after_s
 
 
-class Overloaded(Exception):
+class Overloaded(UpstreamFault):
     """Every replica is full and the backend's queue is full (or the wait too long)."""
 
     def __init__(self, backend: str) -> None:

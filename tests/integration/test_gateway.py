@@ -186,7 +186,7 @@ def test_refused_replica_is_skipped(workers: Workers) -> None:
         for _ in range(3):
             r = client(gw).chat.completions.create(model="small", messages=MSG, max_tokens=2)  # type: ignore[arg-type]
             assert r.choices
-        states = {s.replica.base: s for s in gw_state.pool.all_states()}
+        states = {s.replica.base: s for s in gw_state.planner.pool.all_states()}
         assert states[dead].breaker.state == "open"  # three refusals in a row
         assert states[workers.small].breaker.state == "closed"
 
@@ -261,7 +261,7 @@ def assert_worker_stops(worker: str, gw: RunningGateway, within_s: float = 5.0) 
         busy = _busy(worker)
         time.sleep(0.1)
     assert not busy
-    pool = gw.app.state.gateway.pool
+    pool = gw.app.state.gateway.planner.pool
     assert all(s.outstanding == 0 for s in pool.all_states())
 
 

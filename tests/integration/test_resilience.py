@@ -48,7 +48,7 @@ def test_no_false_503s_at_concurrency_2_to_8(gateway: RunningGateway) -> None:
     for concurrency in (2, 4, 8):
         seen += asyncio.run(_hammer(url, "small", concurrency, 340))
     assert seen == Counter({200: 1020})
-    pool = gateway.app.state.gateway.pool
+    pool = gateway.app.state.gateway.planner.pool
     assert all(s.breaker.state == "closed" for s in pool.all_states())
 
 

@@ -163,7 +163,7 @@ def test_auto_fails_over_from_a_dead_tier(gw: RunningGateway, fakes: FakeWorkers
 
 
 def test_route_avoids_an_ejected_tier(gw: RunningGateway) -> None:
-    pool = gw.app.state.gateway.pool
+    pool = gw.app.state.gateway.planner.pool
     small = next(s for s in pool.all_states() if s.replica.base == SMALL)
     for _ in range(3):
         pool.report(small, ok=False)
@@ -185,7 +185,7 @@ def test_dropped_connection_is_retried_and_does_not_count(
     fakes.behaviour[SMALL] = stale_once
     assert chat(gw, {"model": "small", "messages": MSG}).status_code == 200
     assert calls["n"] == 2
-    state = next(s for s in gw.app.state.gateway.pool.all_states() if s.replica.base == SMALL)
+    state = next(s for s in gw.app.state.gateway.planner.pool.all_states() if s.replica.base == SMALL)
     assert state.breaker.failures == 0 and state.breaker.state == "closed"
 
 

@@ -1,0 +1,80 @@
+"""A key's own records (energy figures, usage) and the admin's key management."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from app.errors import bad_request, energy_not_found, key_exists, key_not_found
+from app.http.auth import admin_store, authorize
+from app.http.body import json_body
+from app.http.gateway import gateway_of
+from app.http.requests import validate_new_key
+from app.tenancy.keys import ADMIN_ID
+from app.tenancy.spend import SpendLedger, parse_since
+
+USAGE_ROWS = 1000  # GET /v1/usage lists the newest this many requests
+NEW_KEY_BODY_BYTES = 64 * 1024
+
+
+async def energy(request: Request, device: str, wid: str) -> Response:
+    gw = gateway_of(request)
+    key = authorize(gw, request, generates=False)
+    name = f"{device}/{wid}"
+    owner = gw.proxy.parts.owners.get(name)
+    if key is not None and key.id != ADMIN_ID and owner != key.id:  # as if unknown
+        raise energy_not_found(name)
+    figure = await gw.proxy.energy(name)
+    if figure is None:
+        raise energy_not_found(name)
+    return JSONResponse({"id": name, **asdict(figure)})
+
+
+async def usage(request: Request, since: str = "7d") -> Response:
+    """Finished requests since `since` (e.g. 24h, 7d): a key sees its own
+    (an open gateway: all), with totals by day and by model."""
+    gw = gateway_of(request)
+    key = authorize(gw, request, generates=False)
+    seconds = parse_since(since)
+    if seconds is None:
+        raise bad_request("since: a number and a unit, e.g. 24h or 7d", "since",
+                          "invalid_since")
+    mine = key.id if key is not None and key.id != ADMIN_ID else None
+    if gw.spend is None:
+        found: dict[str, Any] = {"totals": {}, "by_day": {}, "by_model": {}, "data": []}
+    else:  # off the event loop: a database round trip or two
+        found = await anyio.to_thread.run_sync(_usage, gw.spend, mine, time.time() - seconds)
+    return JSONResponse({"object": "list", "since": since, **found})
+
+
+def _usage(spend: SpendLedger, key_id: str | None, since: float) -> dict[str, Any]:
+    return {**spend.totals(key_id, since), "data": spend.rows(key_id, since, USAGE_ROWS)}
+
+
+async def list_keys(request: Request) -> Response:
+    store = admin_store(request)
+    return JSONResponse({"object": "list", "data": [k.public() for k in store.all()]})
+
+
+async def create_key(request: Request) -> Response:
+    store = admin_store(request)
+    spec = validate_new_key(await json_body(request, NEW_KEY_BODY_BYTES))
+    try:
+        key, secret = store.create(spec.name, spec.rpm, spec.tpm, spec.joule_budget,
+                                   spec.budget_period, spec.models)
+    except ValueError as exc:
+        raise key_exists(str(exc)) from None
+    return JSONResponse({**key.public(), "key": secret}, status_code=201)
+
+
+async def revoke_key(request: Request, name: str) -> Response:
+    if not admin_store(request).revoke(name):
+        raise key_not_found(name)
+    return JSONResponse({"name": name, "revoked": True})
+
+

@@ -1,0 +1,104 @@
+"""The generation endpoints: read and validate, then hand the request to the
+planner and the proxy (the forwarding code owns it from there), and the dry
+run that returns the decision alone."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from app.catalog import Backend
+from app.errors import bad_request
+from app.forward.plan import Ask, Needs
+from app.forward.rewrite import rewrite_chat
+from app.forward.splice import answer
+from app.http.auth import authorize
+from app.http.body import json_body, policy, quality_target
+from app.http.gateway import Gateway, gateway_of
+from app.http.requests import (
+    ChatRequest,
+    message_text,
+    part_kinds,
+    validate_chat,
+    validate_completion,
+)
+from app.http.respond import response
+from router.decision import Decision, Query
+from router.features import conversation_text, estimate_tokens
+
+
+async def chat(request: Request) -> Response:
+    received = time.perf_counter()
+    gw = gateway_of(request)
+    key = authorize(gw, request)
+    with gw.admitted():
+        body, req, q, needs = await _chat_query(request, gw)
+
+        def body_for(d: Decision, b: Backend) -> dict[str, Any]:
+            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode)
+
+        fw = gw.planner.plan(Ask(
+            req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
+            _wants_usage(req.stream_options), received, key, request.is_disconnected))
+    return response(await answer(gw.proxy, fw))
+
+
+async def completions(request: Request) -> Response:
+    received = time.perf_counter()
+    gw = gateway_of(request)
+    key = authorize(gw, request)
+    with gw.admitted():
+        body = await json_body(request, gw.max_body_bytes)
+        req = validate_completion(body)
+        chosen, max_j = policy(request, gw.default_policy)
+        text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
+        tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
+        q = Query(text, tokens or estimate_tokens(text), req.max_tokens, chosen, max_j,
+                  quality_target=quality_target(request))
+
+        def body_for(d: Decision, b: Backend) -> dict[str, Any]:
+            out = dict(body, model=b.model)
+            if d.routed and "max_tokens" not in body:
+                out["max_tokens"] = d.max_tokens
+            return out
+
+        fw = gw.planner.plan(Ask(
+            req.model, q, Needs(tokens=req.max_tokens), "/v1/completions", body_for,
+            req.stream, _wants_usage(req.stream_options), received, key,
+            request.is_disconnected))
+    return response(await gw.proxy.forward(fw))
+
+
+async def route(request: Request) -> Response:
+    """A dry run: the decision for a chat body, explained; nothing is forwarded."""
+    gw = gateway_of(request)
+    key = authorize(gw, request, generates=False)
+    _, req, q, needs = await _chat_query(request, gw)
+    d, _ = gw.planner.decide_for(key, req.model, q, needs, arriving=False)
+    return JSONResponse(d.as_json())
+
+
+def _wants_usage(options: Any) -> bool:
+    return bool(options and options.include_usage)
+
+
+async def _chat_query(request: Request, gw: Gateway
+                      ) -> tuple[dict[str, Any], ChatRequest, Query, Needs]:
+    """The body, its validated view, the router's query and what it needs."""
+    body = await json_body(request, gw.max_body_bytes)
+    req = validate_chat(body)
+    kinds = part_kinds(req.messages)
+    if kinds - {"image_url"}:
+        kind = sorted(kinds - {"image_url"})[0]
+        raise bad_request(f"Content parts of type '{kind}' are not supported by any worker",
+                          "messages", "unsupported_content")
+    chosen, max_j = policy(request, gw.default_policy)
+    text = conversation_text([(m.role, message_text(m.content)) for m in req.messages])
+    limit = req.token_limit
+    needs = Needs(vision="image_url" in kinds, tokens=limit)
+    q = Query(text, estimate_tokens(text), limit, chosen, max_j,
+              quality_target=quality_target(request))
+    return body, req, q, needs
