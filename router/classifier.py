@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import pickle
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +29,6 @@ CATEGORIES: tuple[str, ...] = (
     "math", "code", "reasoning", "science", "knowledge", "social", "writing", "extraction",
     "chat",
 )
-ARTIFACT = Path(__file__).resolve().parent / "artifacts" / "classifier.pkl"
 Features = tuple[np.ndarray, np.ndarray]  # (feature indices, values)
 HEAD_CHARS = 700
 TAIL_CHARS = 700
@@ -182,14 +179,10 @@ class Classifier:
     def n_features(self) -> int:
         return int(self._coef.shape[0])
 
-    @classmethod
-    def load(cls, path: Path = ARTIFACT) -> Classifier:
-        with path.open("rb") as f:
-            return cls(pickle.load(f))
-
-    def save(self, path: Path) -> None:
-        with path.open("wb") as f:
-            pickle.dump(self._pipe, f, protocol=pickle.HIGHEST_PROTOCOL)
+    @property
+    def pipeline(self) -> Any:
+        """The fitted scikit-learn pipeline (app.artifacts pickles it)."""
+        return self._pipe
 
     def probabilities(self, text: str) -> dict[str, float]:
         return self.probabilities_of(self.features(text))

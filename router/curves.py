@@ -12,10 +12,8 @@ is plain arithmetic (microseconds).
 
 from __future__ import annotations
 
-import json
 import operator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,13 +69,6 @@ class Curve:
                    tuple(float(c) for c in d["coef"]), d.get("target", "gross"),
                    d.get("fit", {}))
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: Path) -> Curve:
-        return cls.from_json(json.loads(path.read_text()))
 
 
 def _lstsq(points: list[Point]) -> np.ndarray:

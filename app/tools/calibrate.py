@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from app.artifacts import save_curve
 from app.catalog import Backend, Catalog
 from app.factory import Seams
 from app.tools.embedded import RunningGateway, run_gateway
@@ -126,6 +127,6 @@ def calibrate(catalog: Catalog, sw: Sweep, out_dir: Path, backends: list[str] | 
         curve = fit_curve(pts, meta)
         curve = Curve(**{**curve.__dict__, "fit": {**curve.fit, "measurements": [
             p.__dict__ for p in pts]}})
-        curve.save(out_dir / f"{name}.json")
+        save_curve(curve, out_dir / f"{name}.json")
         curves[name] = curve
     return curves

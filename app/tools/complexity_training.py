@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from app.artifacts import load_classifier
 from app.catalog import Catalog
 from app.routing import LengthBook, build_router
 from app.tools.training import MMLU_CATEGORY
@@ -129,7 +130,7 @@ def train_complexity(data: Path, own: Path, catalog: Catalog, out_dir: Path, see
     from scipy.sparse import csr_matrix, hstack
     from sklearn.linear_model import LogisticRegression
 
-    clf = Classifier.load()
+    clf = load_classifier()
     items = load_items(data, own)
     order, held = split(items, seed)
     train_idx = [i for i in order if i not in held]

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.artifacts import save_classifier
 from app.tools.augment import templated
 from router.classifier import CATEGORIES, Classifier, build_pipeline, prepare
 
@@ -225,6 +226,6 @@ def train(data: Path, own: Path, out_dir: Path, seed: int = 0,
     final.fit([prepare(e.text) for e in examples], [e.category for e in examples],
               clf__sample_weight=_weights(examples))
     out_dir.mkdir(parents=True, exist_ok=True)
-    Classifier(final).save(out_dir / "classifier.pkl")
+    save_classifier(Classifier(final), out_dir / "classifier.pkl")
     (out_dir / "classifier-report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -8,12 +8,13 @@ import random
 
 import pytest
 
-from router.classifier import ARTIFACT, CATEGORIES, Classifier
+from app.artifacts import ARTIFACTS, load_classifier
+from router.classifier import CATEGORIES, Classifier
 
 
 @pytest.fixture(scope="module")
 def clf() -> Classifier:
-    return Classifier.load()
+    return load_classifier()
 
 
 def test_fast_inference_matches_the_pipeline(clf: Classifier) -> None:
@@ -42,7 +43,7 @@ def test_obvious_prompts(clf: Classifier, text: str, category: str) -> None:
 
 
 def test_report_is_committed_with_the_artifact() -> None:
-    report = json.loads((ARTIFACT.parent / "classifier-report.json").read_text())
+    report = json.loads((ARTIFACTS / "classifier-report.json").read_text())
     assert report["held_out_accuracy"] > 0.75
     assert len(report["confusion_matrix"]["labels"]) == len(CATEGORIES)
     assert set(report["sources"]) >= {"mmlu", "gsm8k", "arena-hard", "own"}

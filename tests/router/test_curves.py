@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from app.artifacts import load_curve, save_curve
 from router.curves import Curve, Point, fit_curve
 
 TRUE = (2.0, 5.0, 400.0, 30.0, 300.0, 10.0, 1.0)
@@ -40,7 +41,7 @@ def test_fit_reports_holdout_error_under_noise(tmp_path: object) -> None:
     from pathlib import Path
 
     path = Path(str(tmp_path)) / "c.json"
-    curve.save(path)
-    again = Curve.load(path)
+    save_curve(curve, path)
+    again = load_curve(path)
     assert again.joules(300, 300, 2) == pytest.approx(curve.joules(300, 300, 2))
     assert again.fit["points"] == 40

@@ -185,7 +185,8 @@ def test_dropped_connection_is_retried_and_does_not_count(
     fakes.behaviour[SMALL] = stale_once
     assert chat(gw, {"model": "small", "messages": MSG}).status_code == 200
     assert calls["n"] == 2
-    state = next(s for s in gw.app.state.gateway.planner.pool.all_states() if s.replica.base == SMALL)
+    states = gw.app.state.gateway.planner.pool.all_states()
+    state = next(s for s in states if s.replica.base == SMALL)
     assert state.breaker.failures == 0 and state.breaker.state == "closed"
 
 

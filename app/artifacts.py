@@ -1,0 +1,64 @@
+"""The router's artifacts on disk: the classifier pickle, the complexity model,
+the operating curves. router/ computes with them and never reads a file; this
+module reads and writes them.
+
+The pickle pins `router.classifier.char_view` by module path: that function
+stays where it is, or the shipped classifier.pkl no longer loads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+import router
+from router.classifier import Classifier
+from router.complexity import ComplexityModel
+from router.curves import Curve
+from router.engine import Targets
+
+log = logging.getLogger("joulegate.artifacts")
+
+ARTIFACTS = Path(router.__file__).resolve().parent / "artifacts"  # shipped with the package
+CLASSIFIER = ARTIFACTS / "classifier.pkl"
+COMPLEXITY = ARTIFACTS / "complexity.npz"
+
+
+def load_classifier(path: Path = CLASSIFIER) -> Classifier:
+    with path.open("rb") as f:
+        return Classifier(pickle.load(f))
+
+
+def save_classifier(classifier: Classifier, path: Path) -> None:
+    with path.open("wb") as f:
+        pickle.dump(classifier.pipeline, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load_curve(path: Path) -> Curve:
+    return Curve.from_json(json.loads(path.read_text()))
+
+
+def save_curve(curve: Curve, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(curve.to_json(), indent=2) + "\n")
+
+
+def load_complexity(path: Path, default_target: float
+                    ) -> tuple[ComplexityModel | None, Targets]:
+    """The complexity model (`joulegate train-complexity`: arrays and report side
+    by side); without it the router falls back to the category table."""
+    report_path = path.with_name(path.stem + "-report.json")
+    if not path.exists() or not report_path.exists():
+        log.warning("no complexity model at %s: routing by category averages", path)
+        return None, Targets(default_target=default_target)
+    arrays = np.load(path)
+    report = json.loads(report_path.read_text())
+    model = ComplexityModel(arrays["text_coef"], arrays["hand_coef"], arrays["hand_mean"],
+                            arrays["hand_scale"], float(arrays["intercept"][0]),
+                            report["abilities"])
+    targets = {float(t): float(v) for t, v in report["quality_targets"].items()}
+    return model, Targets(targets, default_target)
