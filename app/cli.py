@@ -1,4 +1,5 @@
-"""The `joulegate` command: serve, agent (and later train, calibrate, eval)."""
+"""The `joulegate` command: serve, keys, usage, agent; the offline tools' commands
+(calibrate, curves, train, train-complexity, eval) come from app.tools.commands."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.artifacts import load_curve
 from app.catalog import Catalog, CatalogError, load_catalog
 from app.settings import Settings
+from app.tools.commands import add_tool_commands
 
 if TYPE_CHECKING:
     from app.catalog import Device
@@ -258,81 +259,6 @@ def _agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _calibrate(args: argparse.Namespace) -> int:
-    from app.tools.calibrate import Sweep, calibrate
-
-    settings = Settings()
-    catalog = _catalog(args, settings)
-    if catalog is None:
-        return 2
-    sweep = Sweep(_ints(args.prompts), _ints(args.completions), _ints(args.concurrency),
-                  args.repeat)
-    curves = calibrate(catalog, sweep, Path(args.out), args.backend or None)
-    for name, c in curves.items():
-        loo = c.fit.get("leave_one_out") or c.fit["holdout"]
-        long = loo.get("mape_long")
-        print(f"{name}: {c.fit['points']} points; leave-one-out MAPE {loo['mape']:.1%}"
-              + (f", {long:.1%} for requests >= 0.5 s" if long is not None else "")
-              + f"; R2 {loo.get('r2')} -> {args.out}/{name}.json")
-    return 0
-
-
-def _plot(args: argparse.Namespace) -> int:
-    from app.tools.curves_plot import plot_curves
-
-    print(plot_curves([load_curve(Path(f)) for f in args.files], Path(args.out)))
-    return 0
-
-
-def _train(args: argparse.Namespace) -> int:
-    import json
-
-    from app.tools.training import train
-
-    report = train(Path(args.data), Path(args.own), Path(args.out),
-                   check=Path(args.check) if args.check else None)
-    print(json.dumps({k: report[k] for k in ("held_out_accuracy", "held_out_n",
-                                             "per_source_accuracy")}, indent=2))
-    return 0
-
-
-def _train_complexity(args: argparse.Namespace) -> int:
-    import json
-
-    from app.catalog import load_catalog
-    from app.tools.complexity_training import train_complexity
-
-    report = train_complexity(Path(args.data), Path(args.own),
-                              load_catalog(Path(args.models)), Path(args.out))
-    print(json.dumps({k: report[k] for k in ("evaluation_held_out", "quality_targets")},
-                     indent=2))
-    return 0
-
-
-def _eval(args: argparse.Namespace) -> int:
-    import random
-
-    from app.tools.evaluate import evaluate, load_gsm8k, load_mmlu, write
-
-    rng = random.Random(args.seed)
-    items = []
-    if args.mmlu:
-        items += load_mmlu(Path(args.mmlu), args.per_subject, rng)
-    if args.gsm8k:
-        items += load_gsm8k(Path(args.gsm8k), args.gsm8k_n, rng)
-    if not items:
-        print("joulegate eval: give --mmlu and/or --gsm8k", file=sys.stderr)
-        return 2
-    result = evaluate(args.url.rstrip("/"), args.tiers.split(","), items, args.max_tokens)
-    write(result, Path(args.out))
-    print(f"{len(items)} items -> {args.out} and {Path(args.out).with_suffix('.yaml')}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="joulegate", description="Energy-aware LLM gateway")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -364,46 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--port", type=int, default=9400)
     agent.add_argument("--host-name", help="meter only devices whose `host` is this")
     agent.set_defaults(func=_agent)
-    cal = sub.add_parser("calibrate", help="measure each backend's operating curve")
-    cal.add_argument("--models")
-    cal.add_argument("--out", default="curves")
-    cal.add_argument("--prompts", default="64,256,1024,4096")
-    cal.add_argument("--completions", default="16,64,256,1024,2048")
-    cal.add_argument("--concurrency", default="1,8")
-    cal.add_argument("--repeat", type=int, default=1)
-    cal.add_argument("--backend", action="append", help="only this backend (repeatable)")
-    cal.set_defaults(func=_calibrate)
-    curves = sub.add_parser("curves", help="operating curves")
-    curves_sub = curves.add_subparsers(dest="curves_command", required=True)
-    plot = curves_sub.add_parser("plot", help="draw curves files to a PNG")
-    plot.add_argument("files", nargs="+")
-    plot.add_argument("--out", default="curves.png")
-    plot.set_defaults(func=_plot)
-    tr = sub.add_parser("train", help="train the query classifier")
-    tr.add_argument("--data", default="../shared/data")
-    tr.add_argument("--own", default="router/data/own_prompts.tsv")
-    tr.add_argument("--check", default="router/data/eval_prompts.tsv")
-    tr.add_argument("--out", default="router/artifacts")
-    tr.set_defaults(func=_train)
-    tc = sub.add_parser("train-complexity",
-                        help="train the per-query complexity model and its quality targets")
-    tc.add_argument("--data", default="../shared/data")
-    tc.add_argument("--own", default="router/data/difficulty_prompts.tsv")
-    tc.add_argument("--models", default="deploy/models.gpu.yaml",
-                    help="quality table and curves (the reference: H200 curves)")
-    tc.add_argument("--out", default="router/artifacts")
-    tc.set_defaults(func=_train_complexity)
-    ev = sub.add_parser("eval", help="measure the quality table on a live deployment")
-    ev.add_argument("--url", default="http://127.0.0.1:8000/v1")
-    ev.add_argument("--tiers", default="small,large")
-    ev.add_argument("--mmlu", help="folder of <subject>_test.csv files")
-    ev.add_argument("--gsm8k", help="GSM8K-format .jsonl file")
-    ev.add_argument("--per-subject", type=int, default=5)
-    ev.add_argument("--gsm8k-n", type=int, default=50)
-    ev.add_argument("--max-tokens", type=int, default=64)
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--out", default="bench/results/eval.json")
-    ev.set_defaults(func=_eval)
+    add_tool_commands(sub, _catalog)
     args = ap.parse_args(argv)
     result: int = args.func(args)
     return result

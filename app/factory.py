@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -25,7 +25,9 @@ from app.http.handlers import install_handlers
 from app.http.openapi import install_openapi
 from app.http.requests import ChatRequest, CompletionRequest
 from app.http.routes import build_routes
-from app.metering.meter import LocalMeter, Meter, RemoteMeter
+from app.metering.local import LocalMeter
+from app.metering.meter import Meter
+from app.metering.remote import RemoteMeter
 from app.routing import LengthBook, build_router
 from app.settings import Settings
 from app.tenancy.keys import KeyRing, KeyStore, kept_secret
@@ -87,6 +89,57 @@ def _transport(settings: Settings) -> Transport:
                           settings.upstream_keepalive_seconds, MAX_CONNECTIONS)
 
 
+def _meter(catalog: Catalog, settings: Settings, seams: Seams, upstream: Upstream,
+           metrics: Metrics) -> tuple[Meter, list[Sampler]]:
+    """A remote agent's meter where devices name one; else ledgers in this
+    process, fed by samplers started here."""
+    agents = {d.name: str(d.agent or settings.agent_url) for d in catalog.devices
+              if d.agent or settings.agent_url}
+    if agents:
+        for d in catalog.devices:
+            if d.name not in agents:
+                log.warning("device %s has no agent (the other devices do): its "
+                            "requests get no energy figure", d.name)
+        return RemoteMeter(upstream, agents), []
+    weights = {d.name: d.prefill_weight for d in catalog.devices}
+    factory = seams.device_factory or (lambda s: metered_device(s, weights[s.name]))
+    devices = [factory(device_spec(d)) for d in catalog.devices]
+    seams.devices[:] = devices
+    samplers = start_samplers(devices, settings.sample_hz)
+    metrics.watch_devices(lambda: [d.view() for d in devices])
+    return LocalMeter({d.spec.name: d.ledger for d in devices}), samplers
+
+
+def _keys(settings: Settings) -> KeyRing:
+    store = KeyStore(settings.database())
+    admin = settings.admin_key or kept_secret(settings.state_dir / "admin-key", create=False)
+    keys = KeyRing(store, admin_secret=admin)
+    if not keys.active():
+        log.warning("no API keys in %s: serving without authentication "
+                    "(create one: joulegate keys create --name NAME)", settings.state_dir)
+    return keys
+
+
+@contextlib.contextmanager
+def _long_lived() -> Iterator[None]:
+    """What start-up built lives as long as the process (the router's
+    vocabularies and coefficients are most of it): out of the cyclic
+    collector's sight, a full collection no longer walks it. It took ~95 ms,
+    a stall every request in flight then waited out. And the young generation
+    is collected every 50,000 allocations, not 700: a request allocates
+    hundreds of short-lived objects, which reference counting frees; only
+    cycles wait longer."""
+    gc.collect()
+    gc.freeze()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
 def create_app(settings: Settings, catalog: Catalog | None = None,
                seams: Seams | None = None) -> FastAPI:
     seams = seams or Seams()
@@ -94,43 +147,17 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        registry = seams.registry or CollectorRegistry()
-        metrics = Metrics(registry)
+        metrics = Metrics(seams.registry or CollectorRegistry())
         transport = HttpxTransport(seams.client) if seams.client else _transport(settings)
         upstream = Upstream(transport, Timeouts(
             settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
             settings.between_chunks_timeout_seconds))
         pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
-        samplers: list[Sampler] = []
-        meter: Meter
-        agents = {d.name: str(d.agent or settings.agent_url) for d in catalog.devices
-                  if d.agent or settings.agent_url}
-        if agents:
-            meter = RemoteMeter(upstream, agents)
-            for d in catalog.devices:
-                if d.name not in agents:
-                    log.warning("device %s has no agent (the other devices do): its "
-                                "requests get no energy figure", d.name)
-        else:
-            weights = {d.name: d.prefill_weight for d in catalog.devices}
-            factory = seams.device_factory or (
-                lambda s: metered_device(s, weights[s.name]))
-            devices = [factory(device_spec(d)) for d in catalog.devices]
-            seams.devices[:] = devices
-            samplers = start_samplers(devices, settings.sample_hz)
-            metrics.watch_devices(lambda: [d.view() for d in devices])
-            meter = LocalMeter({d.spec.name: d.ledger for d in devices})
+        meter, samplers = _meter(catalog, settings, seams, upstream, metrics)
         lengths_file = catalog.routing.lengths_file
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
-        limits = RateLimits()
-        store = KeyStore(settings.database())
-        admin = settings.admin_key or kept_secret(settings.state_dir / "admin-key",
-                                                  create=False)
-        keys = KeyRing(store, admin_secret=admin)
-        if not keys.active():
-            log.warning("no API keys in %s: serving without authentication "
-                        "(create one: joulegate keys create --name NAME)", settings.state_dir)
+        limits, keys = RateLimits(), _keys(settings)
         spend = SpendLedger(settings.database())
         planner = Planner(catalog, pool, router, metrics, Traffic(), spend,
                           settings.budget_steer_at)
@@ -146,23 +173,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(planner, proxy, metrics, settings.max_body_bytes,
                                     settings.policy, keys=keys, limits=limits, spend=spend)
-        # What start-up built lives as long as the process (the router's
-        # vocabularies and coefficients are most of it): out of the cyclic
-        # collector's sight, a full collection no longer walks it. It took
-        # ~95 ms, a stall every request in flight then waited out. And the
-        # young generation is collected every 50,000 allocations, not 700: a
-        # request allocates hundreds of short-lived objects, which reference
-        # counting frees; only cycles wait longer.
         flusher = asyncio.create_task(metrics.flushing())
-        gc.collect()
-        gc.freeze()
-        thresholds = gc.get_threshold()
-        gc.set_threshold(*GC_THRESHOLDS)
         try:
-            yield
+            with _long_lived():
+                yield
         finally:
-            gc.unfreeze()
-            gc.set_threshold(*thresholds)
             await checker.stop()
             await proxy.drain()
             flusher.cancel()  # flushes once more
@@ -173,7 +188,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                 s.stop()
             await upstream.aclose()
             spend.close()  # writes the rows still queued
-            store.close()
+            keys.store.close()
 
     app = GatewayApp(title="joulegate", lifespan=lifespan)
     install_handlers(app)

@@ -37,102 +37,15 @@ The idle baseline is configured or learned from quiet spans (no request for
 
 from __future__ import annotations
 
-import bisect
-import hashlib
-import secrets
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
-
-
-@dataclass(slots=True)
-class _Window:
-    wid: str
-    opened_at: float
-    closed_at: float | None = None
-    times: list[float] = field(default_factory=list)
-    prompt: list[float] = field(default_factory=list)  # cumulative prompt tokens
-    decode: list[float] = field(default_factory=list)  # cumulative answer tokens
-    rates: TokenRates = TOKEN_COUNTS
-    net_j: float = 0.0
-    idle_share_j: float = 0.0
-    prefill_j: float = 0.0
-    decode_j: float = 0.0
-    settled_until: float = float("-inf")
-    # While open: the request's token points from an index on (read live).
-    progress: Callable[[int], list[Point]] | None = None
-    synced: int = 0  # progress points copied so far
-    mark_len: int = 0
-    standalone: float | None = None  # kept when the timeline is dropped (compact)
-
-    def add_points(self, points: list[Point], until: float) -> None:
-        """Append (offset, prompt, decode) points, as absolute times up to `until`."""
-        for off, prompt, decode in points:
-            t = min(until, self.opened_at + max(0.0, off))
-            if self.times and t <= self.times[-1]:
-                t = self.times[-1]
-                self.times[-1], self.prompt[-1], self.decode[-1] = t, prompt, decode
-            else:
-                self.times.append(t)
-                self.prompt.append(prompt)
-                self.decode.append(decode)
-
-    def sync(self, now: float) -> None:
-        """Copy the progress reported since the last sync. Only a timeline's last
-        point is ever revised, so the copy restarts from the previous last point
-        (`mark_len`: the arrays' length before it was added)."""
-        if self.progress is None or self.closed_at is not None:
-            return
-        start = max(0, self.synced - 1)
-        points = self.progress(start)
-        if not points:
-            return
-        del self.times[self.mark_len:], self.prompt[self.mark_len:], self.decode[self.mark_len:]
-        self.add_points(points[:-1], now)
-        self.mark_len = len(self.times)
-        self.add_points(points[-1:], now)
-        self.synced = start + len(points)
-
-    def overlaps(self, a: float, b: float) -> bool:
-        return self.opened_at < b and (self.closed_at is None or self.closed_at > a)
-
-    def overlap_s(self, a: float, b: float) -> float:
-        end = b if self.closed_at is None else min(b, self.closed_at)
-        return max(0.0, end - max(a, self.opened_at))
-
-    def tokens_at(self, t: float) -> tuple[float, float]:
-        """(prompt tokens, answer tokens) processed by time t, linearly interpolated."""
-        ts = self.times
-        if not ts or t <= ts[0]:
-            return 0.0, 0.0
-        if t >= ts[-1]:
-            return self.prompt[-1], self.decode[-1]
-        i = bisect.bisect_right(ts, t)
-        t0, t1 = ts[i - 1], ts[i]
-        f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
-        p = self.prompt[i - 1] + f * (self.prompt[i] - self.prompt[i - 1])
-        d = self.decode[i - 1] + f * (self.decode[i] - self.decode[i - 1])
-        return p, d
-
-    def standalone_j(self) -> float | None:
-        if not self.times:
-            return self.standalone
-        return self.rates.standalone_joules(self.prompt[-1], self.decode[-1])
-
-    def compact(self) -> None:
-        """Final: no span will need the timeline again; keep only the figures."""
-        self.standalone = self.standalone_j()
-        self.times, self.prompt, self.decode = [], [], []
-        self.progress = None
-
-    @property
-    def final(self) -> bool:
-        return self.closed_at is not None and self.settled_until >= self.closed_at
+from telemetry.window import Window, WindowNames, span_tokens
 
 
 @dataclass(frozen=True)
@@ -145,20 +58,6 @@ class Totals:
     power_w: float | None
     resets: int
     open_windows: int
-
-
-class WindowNames:
-    """Window ids: a keyed hash (BLAKE2b, 128 bits, a random key per namer) of
-    a count, so they cannot be guessed from one another."""
-
-    def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
-        self._count = 0
-
-    def next(self) -> str:
-        self._count += 1
-        return hashlib.blake2b(self._count.to_bytes(8, "little"), key=self._key,
-                               digest_size=16).hexdigest()
 
 
 class Ledger:
@@ -199,8 +98,8 @@ class Ledger:
         self._open_count = 0
         # Windows still taking part in attribution, and finished ones kept for
         # lookups; only live ones are scanned per span (this runs 20x a second).
-        self._live: dict[str, _Window] = {}
-        self._done: dict[str, _Window] = {}  # insertion order = order finalized
+        self._live: dict[str, Window] = {}
+        self._done: dict[str, Window] = {}  # insertion order = order finalized
         self._pending: list[tuple[float, float, float]] = []  # (a, b, energy_j)
         self._last_counter: float | None = None
         self._last_change_t: float | None = None
@@ -263,7 +162,7 @@ class Ledger:
 
     def _add(self, wid: str, progress: Callable[[int], list[Point]] | None,
              rates: TokenRates) -> None:
-        self._live[wid] = _Window(wid, self.clock(), progress=progress, rates=rates)
+        self._live[wid] = Window(wid, self.clock(), progress=progress, rates=rates)
         self._open_count += 1
 
     def close(self, wid: str, points: list[Point]) -> EnergyFigure | None:
@@ -354,12 +253,12 @@ class Ledger:
                     finals.append(w.wid)
         return finals
 
-    def _attribute(self, a: float, b: float, energy: float, wins: list[_Window]) -> None:
+    def _attribute(self, a: float, b: float, energy: float, wins: list[Window]) -> None:
         """Split one span among the windows overlapping it, and book it."""
         idle_w = self._idle_w or 0.0
         idle = min(energy, idle_w * (b - a))
         net = energy - idle
-        spans = [(w, *_span_tokens(w, a, b)) for w in wins]
+        spans = [(w, *span_tokens(w, a, b)) for w in wins]
         # Requests of one backend doing work in the span: the curve's batch size.
         batch = Counter(w.rates for w, dp, dd, _ in spans if dp + dd > 0)
         works = []
@@ -391,7 +290,7 @@ class Ledger:
         self.unattributed_j += net - attributed
         self._learn(a, b, energy, wins)
 
-    def _learn(self, a: float, b: float, energy: float, wins: list[_Window]) -> None:
+    def _learn(self, a: float, b: float, energy: float, wins: list[Window]) -> None:
         """Refresh the idle baseline from spans long after the last request."""
         if not self._learn_idle or wins or a - self._last_close_t < self._quiet_s:
             return
@@ -402,7 +301,7 @@ class Ledger:
         if self._quiet_s_sum >= 1.0:
             self._idle_w = self._quiet_j / self._quiet_s_sum
 
-    def _figure(self, win: _Window, provisional: bool) -> EnergyFigure:
+    def _figure(self, win: Window, provisional: bool) -> EnergyFigure:
         net, gross = win.net_j, win.net_j + win.idle_share_j
         if provisional and win.closed_at is not None:
             extra = self._estimate_unsettled(win)
@@ -413,7 +312,7 @@ class Ledger:
             prefill_j=win.prefill_j, decode_j=win.decode_j, standalone_j=win.standalone_j(),
         )
 
-    def _estimate_unsettled(self, win: _Window) -> float:
+    def _estimate_unsettled(self, win: Window) -> float:
         """Net joules not yet settled, estimated in O(pending spans), which the
         settle lag bounds: the pending spans' net energy over the window, then
         the stretch since the last step at the latest span's net power, each
@@ -448,10 +347,3 @@ class Ledger:
             if recent and len(self._done) <= self._keep_n:
                 break
             del self._done[w.wid]
-
-
-def _span_tokens(w: _Window, a: float, b: float) -> tuple[float, float, float]:
-    """(prompt tokens, answer tokens) processed in [a, b], and the prompt by b."""
-    pa, da = w.tokens_at(a)
-    pb, db = w.tokens_at(b)
-    return max(0.0, pb - pa), max(0.0, db - da), pb

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.metering.meter import RemoteMeter, final_figure
+from app.metering.meter import final_figure
+from app.metering.remote import RemoteMeter
 from app.upstream.client import Upstream
 from app.upstream.http1 import Http1Transport
 from telemetry.agent import AgentServer
@@ -204,7 +205,7 @@ def test_named_windows_open_once_and_refuse_a_taken_or_bad_name(
 def test_a_large_batch_is_split(agent: tuple[str, AgentServer],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     url, server = agent
-    monkeypatch.setattr("app.metering.meter.MAX_BATCH_BYTES", 1000)
+    monkeypatch.setattr("app.metering.remote.MAX_BATCH_BYTES", 1000)
     points = [(i / 100, 20, i) for i in range(40)]  # ~1 KB a close: one per batch
 
     async def run() -> int:

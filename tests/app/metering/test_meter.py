@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from app.metering.meter import LocalMeter
+from app.metering.local import LocalMeter
 from telemetry.ledger import Ledger
 from telemetry.timeline import EnergyFigure
 from tests.telemetry.fakes import Clock, SteppingCounter

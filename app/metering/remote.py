@@ -1,0 +1,251 @@
+"""Energy metering through a telemetry agent next to the GPUs (`joulegate agent`),
+over its batched window protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import partial
+from typing import Any
+
+from app.jsonio import dumps, loads
+from app.metering.meter import Done, Progress, Waiting, split_window
+from app.upstream.client import Upstream, UpstreamError
+from telemetry.agent import PENDING
+from telemetry.rates import TOKEN_COUNTS, TokenRates
+from telemetry.timeline import EnergyFigure, Point
+from telemetry.window import WindowNames
+
+log = logging.getLogger("joulegate.meter")
+
+AGENT_TIMEOUT_S = 10.0  # one batch exchange with an agent
+MAX_BATCH_BYTES = 4 * 1024 * 1024  # a batch's calls, encoded (the agent takes 16 MiB)
+SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counter step)
+
+Curve = tuple[float, ...] | None  # an operating curve's coefficients (None: token counts)
+
+
+class AgentCalls:
+    """Window calls to one agent, sent in batches: the calls made while a batch
+    is on its way wait and go together in the next one. One request at a time
+    costs one exchange, as before; under load, one exchange carries many.
+
+    Windows are named here and their openings waited for by nobody: the
+    openings made meanwhile go first in the next batch (before any call about
+    them), one call per device and curve."""
+
+    def __init__(self, upstream: Upstream, base: str) -> None:
+        self._upstream = upstream
+        self._url = base.rstrip("/") + "/v1/windows/batch"
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
+        self._opening: dict[tuple[str, Curve], list[str]] = {}
+        self._sender: asyncio.Task[None] | None = None
+        self.exchanges = 0  # batches sent (tests, benchmarks)
+
+    async def call(self, call: dict[str, Any]) -> Any:
+        """The call's answer body, or None when it failed (logged)."""
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((call, waiter))
+        self._send_soon()
+        return await waiter
+
+    def open(self, device: str, curve: Curve, wid: str) -> None:
+        """Open the window `wid` with the next batch; nothing waits for it."""
+        self._opening.setdefault((device, curve), []).append(wid)
+        self._send_soon()
+
+    def _send_soon(self) -> None:
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_all())
+
+    def _take_openings(self) -> None:
+        """The openings waiting, as calls at the head of the queue."""
+        if not self._opening:
+            return
+        loop = asyncio.get_running_loop()
+        calls = []
+        for (device, curve), wids in self._opening.items():
+            call: dict[str, Any] = {"call": "open", "device": device, "windows": wids}
+            if curve is not None:
+                call["curve"] = list(curve)
+            opened: asyncio.Future[Any] = loop.create_future()
+            opened.add_done_callback(partial(self._check_opened, len(wids)))
+            calls.append((call, opened))
+        self._opening = {}
+        self._queue[:0] = calls
+
+    def _check_opened(self, asked: int, opened: asyncio.Future[Any]) -> None:
+        answer = opened.result()
+        got = answer.get("windows") if isinstance(answer, dict) else None
+        if answer is not None and (not isinstance(got, list) or len(got) != asked):
+            log.warning("agent %s opened %s of %d windows (an agent older than the "
+                        "gateway does not take named windows: upgrade it)", self._url,
+                        len(got) if isinstance(got, list) else "none", asked)
+
+    async def _send_all(self) -> None:
+        try:
+            while self._queue or self._opening:
+                self._take_openings()
+                batch, payload = self._next_batch()
+                try:
+                    answers = await self._exchange(payload, len(batch))
+                except BaseException:  # cancelled (shutting down): no call waits forever
+                    answers = [None] * len(batch)
+                    raise
+                finally:
+                    self._answer(batch, answers)
+        finally:
+            self._sender = None
+            self._take_openings()
+            left, self._queue = self._queue, []
+            self._answer(left, [None] * len(left))
+
+    def _next_batch(self) -> tuple[list[tuple[dict[str, Any], asyncio.Future[Any]]], bytes]:
+        """The calls waiting, up to MAX_BATCH_BYTES of them (one at least), encoded."""
+        parts: list[bytes] = []
+        size = 0
+        for call, _ in self._queue:
+            part = dumps(call)
+            if parts and size + len(part) > MAX_BATCH_BYTES:
+                break
+            parts.append(part)
+            size += len(part) + 1
+        batch, self._queue = self._queue[:len(parts)], self._queue[len(parts):]
+        return batch, b'{"calls":[' + b",".join(parts) + b"]}"
+
+    def _answer(self, batch: list[tuple[dict[str, Any], asyncio.Future[Any]]],
+                answers: list[Any]) -> None:
+        for (_, waiter), answer in zip(batch, answers, strict=True):
+            if not waiter.done():
+                waiter.set_result(answer)
+
+    async def _exchange(self, payload: bytes, calls: int) -> list[Any]:
+        """One batch of `calls` calls; each one's body when it succeeded, else None."""
+        none: list[Any] = [None] * calls
+        self.exchanges += 1
+        try:
+            async with asyncio.timeout(AGENT_TIMEOUT_S):
+                raw, status = await self._post(payload)
+        except (UpstreamError, TimeoutError) as exc:
+            log.warning("agent %s: %s", self._url, exc or "no answer in time")
+            return none
+        if status != 200:
+            log.warning("agent %s answered %d", self._url, status)
+            return none
+        try:
+            results = loads(raw)["results"]
+            assert isinstance(results, list) and len(results) == calls
+        except (ValueError, KeyError, TypeError, AssertionError):
+            log.warning("agent %s: not a batch answer", self._url)
+            return none
+        return [r.get("body") if isinstance(r, dict) and r.get("status") == 200 else None
+                for r in results]
+
+    async def _post(self, payload: bytes) -> tuple[bytes, int]:
+        r = await self._upstream.post_again_if_reset(self._url, payload)
+        try:
+            return await r.read(), r.status
+        finally:
+            await r.aclose()
+
+
+class RemoteMeter:
+    """Ledgers in `joulegate agent`s next to the GPUs, over HTTP: each device's
+    calls go to the agent on its machine (`agents`: device name -> base URL),
+    in batches (AgentCalls). The windows waiting for a final figure are asked
+    about together every `poll_s`: one `results` call per device."""
+
+    def __init__(self, upstream: Upstream, agents: dict[str, str],
+                 settle_timeout_s: float = 3.0, poll_s: float = SETTLE_POLL_S) -> None:
+        by_base: dict[str, AgentCalls] = {}
+        self._agents = {device: by_base.setdefault(url.rstrip("/"), AgentCalls(upstream, url))
+                        for device, url in agents.items()}
+        self._timeout_s = settle_timeout_s
+        self._poll_s = poll_s
+        self._waiting = Waiting()
+        self._poller: asyncio.Task[None] | None = None
+        self._names = WindowNames()
+
+    async def _call(self, call: str, device: str, **body: Any) -> Any:
+        agent = self._agents.get(device)
+        return None if agent is None else await agent.call(
+            {"call": call, "device": device, **body})
+
+    async def open(self, device: str, progress: Progress | None = None,
+                   rates: TokenRates = TOKEN_COUNTS) -> str | None:
+        """A window named here and opened with the next batch: the request goes
+        to its worker without waiting for the agent. (Progress stays here: the
+        agent learns a request's tokens when it closes.)"""
+        agent = self._agents.get(device)
+        if agent is None:
+            return None
+        wid = self._names.next()
+        agent.open(device, rates.coef, wid)
+        return f"{device}/{wid}"
+
+    async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
+        if window is None:
+            return None
+        device, wid = split_window(window)
+        return _figure(await self._call("close", device, window=wid, points=points))
+
+    async def abandon(self, window: str | None) -> None:
+        await self.close(window, [])
+
+    async def result(self, window: str) -> EnergyFigure | None:
+        device, wid = split_window(window)
+        return _figure(await self._call("result", device, window=wid))
+
+    def when_final(self, window: str, done: Done) -> None:
+        loop = asyncio.get_running_loop()
+        self._waiting.add(window, done, loop.time() + self._timeout_s)
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        """Every poll_s while windows wait: the figures of each device's
+        waiting windows, in one call per device."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting:
+                await asyncio.sleep(self._poll_s)
+                # Per device, one call for the windows waiting (final figures
+                # only) and one for those past their timeout (whatever figure
+                # they have).
+                due = set(self._waiting.due(loop.time()))
+                asks: dict[tuple[str, bool], list[str]] = {}
+                for window in self._waiting.windows():
+                    device, wid = split_window(window)
+                    asks.setdefault((device, window in due), []).append(wid)
+                answers = await asyncio.gather(*(
+                    self._call("results", device, windows=wids, final_only=not past)
+                    for (device, past), wids in asks.items()))
+                for ((device, _), wids), answer in zip(asks.items(), answers, strict=True):
+                    figures = answer.get("figures") if isinstance(answer, dict) else None
+                    if not isinstance(figures, list) or len(figures) != len(wids):
+                        # No answer: ask again next time; the windows past
+                        # their timeout get none.
+                        self._give_due([f"{device}/{wid}" for wid in wids], due)
+                        continue
+                    for wid, data in zip(wids, figures, strict=True):
+                        if data == PENDING:
+                            continue  # not final yet (and not past its timeout)
+                        window, figure = f"{device}/{wid}", _figure(data)
+                        if figure is None or figure.final or window in due:
+                            self._waiting.give(window, figure)
+        finally:
+            self._poller = None
+
+    def _give_due(self, windows: list[str], due: set[str]) -> None:
+        for window in windows:
+            if window in due:
+                self._waiting.give(window, None)
+
+    async def drain(self, timeout_s: float) -> None:
+        await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone
+
+
+def _figure(data: Any) -> EnergyFigure | None:
+    if not isinstance(data, dict) or data.get("net_j") is None:
+        return None
+    return EnergyFigure(**{k: data[k] for k in EnergyFigure.__dataclass_fields__ if k in data})
