@@ -32,11 +32,13 @@ $(COMPOSE_SCHEMA_WHEEL): $(STAMP)
 test: llama-server models $(COMPOSE_SCHEMA_WHEEL)
 	$(BIN)/ruff check app router telemetry tests bench workers deploy
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check app router telemetry tests bench workers deploy
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache

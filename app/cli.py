@@ -211,7 +211,6 @@ def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1
                  ) -> tuple[AgentServer, list[Sampler], dict[str, MeteredDevice]]:
     """Meter `devices` (a sampler each) and serve their ledgers at host:port
     (or on the Unix socket `socket_path`)."""
-    from prometheus_client import CollectorRegistry
 
     from app.factory import device_spec
     from telemetry.agent import start_agent
@@ -220,7 +219,7 @@ def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1
 
     metered = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in devices}
     samplers = start_samplers(metered.values(), sample_hz)
-    server, _ = start_agent(host, port, metered, Metrics(CollectorRegistry()), _new_loop(),
+    server, _ = start_agent(host, port, metered, Metrics(), _new_loop(),
                             socket_path)
     return server, samplers, metered
 

@@ -8,10 +8,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-
-import httpx
-from fastapi import FastAPI
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING
 
 from app.artifacts import load_curve
 from app.catalog import Catalog, Device, load_catalog
@@ -48,6 +45,10 @@ from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_s
 from telemetry.metrics import Metrics
 from telemetry.rates import TokenRates
 from telemetry.sampler import Sampler
+
+if TYPE_CHECKING:
+    import httpx
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("joulegate")
 GC_THRESHOLDS = (50_000, 20, 100)  # the collector's generations (Python's: 700, 10, 10)
@@ -141,13 +142,13 @@ def _long_lived() -> Iterator[None]:
 
 
 def create_app(settings: Settings, catalog: Catalog | None = None,
-               seams: Seams | None = None) -> FastAPI:
+               seams: Seams | None = None) -> GatewayApp:
     seams = seams or Seams()
     catalog = catalog or load_catalog(settings.models_file)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        metrics = Metrics(seams.registry or CollectorRegistry())
+    async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
+        metrics = Metrics(seams.registry)
         transport = HttpxTransport(seams.client) if seams.client else _transport(settings)
         upstream = Upstream(transport, Timeouts(
             settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
@@ -207,7 +208,7 @@ def record_usage(row: UsageRow, spend: SpendLedger, metrics: Metrics) -> None:
         metrics.key_energy(row.key_name, row.energy_net_j)
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> GatewayApp:
     """One of several gateway processes (`joulegate serve --workers N`): its
     settings, models file and agent URL come from the environment."""
     return create_app(Settings())

@@ -155,7 +155,8 @@ class _Batch:
 class Metrics:
     """All gateway metrics, registered on an injected registry."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        registry = registry if registry is not None else CollectorRegistry()
         self.registry = registry
         self._batch = _Batch()
         r = registry

@@ -36,7 +36,8 @@ async def unless_left(work: Awaitable[T], disconnected: Disconnected | None) -> 
     async def watch() -> None:
         nonlocal left
         assert disconnected is not None and handler is not None
-        while not await disconnected():
+        # The server says a client left only when asked (Starlette's is_disconnected).
+        while not await disconnected():  # noqa: ASYNC110
             await asyncio.sleep(WATCH_EVERY_S)
         left = True
         handler.cancel()

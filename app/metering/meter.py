@@ -92,7 +92,8 @@ class Waiting:
         with what there is)."""
         loop = asyncio.get_running_loop()
         limit = loop.time() + timeout_s
-        while self._by_window and loop.time() < limit:
+        # Shutting down only: figures arrive from other threads' callbacks.
+        while self._by_window and loop.time() < limit:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         for window in self.windows():
             self.give(window, last(window))

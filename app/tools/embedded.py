@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
 
 from app.catalog import Catalog
 from app.factory import Seams, create_app
+from app.http.asgi import GatewayApp
 from app.settings import Settings
 
 
@@ -29,7 +29,7 @@ def free_port() -> int:
 @dataclass
 class RunningGateway:
     url: str
-    app: FastAPI
+    app: GatewayApp
     seams: Seams
 
     @property
