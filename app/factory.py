@@ -160,6 +160,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         router = seams.router or make_router(catalog, book)
         limits, keys = RateLimits(), _keys(settings)
         spend = SpendLedger(settings.database())
+        spend.prime(k for k in keys.keys() if k.joule_budget is not None)
+        keys.start()
         planner = Planner(catalog, pool, router, metrics, Traffic(), spend,
                           settings.budget_steer_at)
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
@@ -189,7 +191,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                 s.stop()
             await upstream.aclose()
             spend.close()  # writes the rows still queued
-            keys.store.close()
+            keys.close()
 
     app = GatewayApp(title="joulegate", lifespan=lifespan)
     install_handlers(app)

@@ -30,6 +30,8 @@ from app.tenancy.spend import SpendLedger
 from bench.gpu_common import project_commit
 
 ROOT = Path(__file__).resolve().parent.parent
+CALLS = 20_000
+SECONDS = 5.0  # the keys are reloaded (every 2 s) while the checks are timed
 
 
 class _Gw:
@@ -44,16 +46,21 @@ def _request(secret: str | None) -> Request:
 
 
 def _time(gw: Any, request: Request, n: int) -> dict[str, float]:
+    """At least `n` checks and at least SECONDS of them, so that the keys'
+    refresher thread (every 2 s) runs while they are timed."""
     for _ in range(200):
         authorize(cast(Gateway, gw), request)
     times = []
-    for _ in range(n):
+    end = time.perf_counter() + SECONDS
+    while len(times) < n or time.perf_counter() < end:
         t0 = time.perf_counter()
         authorize(cast(Gateway, gw), request)
         times.append(time.perf_counter() - t0)
     times.sort()
-    return {"p50_ms": 1000 * statistics.median(times),
-            "p99_ms": 1000 * times[int(0.99 * len(times))]}
+    return {"calls": len(times), "p50_ms": 1000 * statistics.median(times),
+            "p99_ms": 1000 * times[int(0.99 * len(times))],
+            "p99_9_ms": 1000 * times[int(0.999 * len(times))],
+            "max_ms": 1000 * times[-1]}
 
 
 def _keyed(url: str) -> dict[str, Any]:
@@ -61,11 +68,14 @@ def _keyed(url: str) -> dict[str, Any]:
     secrets = [store.create(f"team-{i}", rpm=10**9, tpm=10**9, joule_budget=1e12)[1]
                for i in range(1000)]
     spend = SpendLedger(url)
+    ring = KeyRing(store)  # the gateway's refresh interval (2 s), its thread running
+    spend.prime(ring.keys())
+    ring.start()
     try:
-        return _time(_Gw(KeyRing(store, refresh_s=3600), spend), _request(secrets[500]), 20000)
+        return _time(_Gw(ring, spend), _request(secrets[500]), CALLS)
     finally:
         spend.close()
-        store.close()
+        ring.close()
 
 
 def main() -> None:
@@ -76,11 +86,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--postgres", help="postgresql://... (a role with CREATEDB)")
     args = parser.parse_args()
-    result: dict[str, Any] = {"keys": 1000, "calls": 20000, "commit": project_commit(),
+    result: dict[str, Any] = {"keys": 1000, "min_calls": CALLS, "min_seconds": SECONDS, "refresh_s": 2.0, "commit": project_commit(),
                               "goal": "<= 0.1 ms p50 on SQLite"}
     with tempfile.TemporaryDirectory() as tmp:
         result["with_keys"] = _keyed(f"sqlite:///{Path(tmp) / 'joulegate.db'}")
-    result["open_gateway"] = _time(_Gw(None, None), _request(None), 20000)
+    result["open_gateway"] = _time(_Gw(None, None), _request(None), CALLS)
     result["storage"] = "sqlite"
     if args.postgres:
         name = f"jg_bench_{int(time.time())}"

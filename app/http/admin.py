@@ -58,23 +58,34 @@ def _usage(spend: SpendLedger, key_id: str | None, since: float) -> dict[str, An
 
 async def list_keys(request: Request) -> Response:
     store = admin_store(request)
-    return JSONResponse({"object": "list", "data": [k.public() for k in store.all()]})
+    keys = await anyio.to_thread.run_sync(store.all)  # the database, off the event loop
+    return JSONResponse({"object": "list", "data": [k.public() for k in keys]})
 
 
 async def create_key(request: Request) -> Response:
     store = admin_store(request)
     spec = validate_new_key(await json_body(request, NEW_KEY_BODY_BYTES))
     try:
-        key, secret = store.create(spec.name, spec.rpm, spec.tpm, spec.joule_budget,
-                                   spec.budget_period, spec.models)
+        key, secret = await anyio.to_thread.run_sync(
+            store.create, spec.name, spec.rpm, spec.tpm, spec.joule_budget,
+            spec.budget_period, spec.models)
     except ValueError as exc:
         raise key_exists(str(exc)) from None
+    await _reload_keys(request)
     return JSONResponse({**key.public(), "key": secret}, status_code=201)
 
 
 async def revoke_key(request: Request, name: str) -> Response:
-    if not admin_store(request).revoke(name):
+    store = admin_store(request)
+    if not await anyio.to_thread.run_sync(store.revoke, name):
         raise key_not_found(name)
+    await _reload_keys(request)  # a revoked key stops working now, not in a refresh
     return JSONResponse({"name": name, "revoked": True})
+
+
+async def _reload_keys(request: Request) -> None:
+    keys = gateway_of(request).keys
+    if keys is not None:
+        await anyio.to_thread.run_sync(keys.refresh)
 
 

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from app.tenancy.database import Conflict, Database
+from app.tenancy.database import Conflict, Database, DatabaseError
+
+log = logging.getLogger("joulegate.keys")
 
 BudgetPeriod = Literal["day", "week", "month"]
 PREFIX = "jg-"
@@ -126,8 +130,11 @@ ADMIN_ID = "admin"
 
 
 class KeyRing:
-    """The active keys in memory, by hash; refreshed from the store. The admin
-    key (JOULEGATE_ADMIN_KEY) is never stored: it is compared to the setting."""
+    """The active keys in memory, by hash. A request's check is a dictionary
+    lookup and never touches the database: `start` runs a thread that reloads
+    the keys from the store every `refresh_s` (a failing database keeps the
+    keys last loaded, and says so in the log). The admin key
+    (JOULEGATE_ADMIN_KEY) is never stored: it is compared to the setting."""
 
     def __init__(self, store: KeyStore, refresh_s: float = 2.0,
                  admin_secret: str | None = None) -> None:
@@ -136,28 +143,47 @@ class KeyRing:
             if admin_secret else None
         self._refresh_s = refresh_s
         self._by_hash: dict[str, ApiKey] = {}
-        self._loaded = float("-inf")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self.refresh()
 
     def refresh(self) -> None:
+        """Load the active keys now (start-up, the refresher thread, or a
+        thread of its own after an admin's change: never an event loop)."""
         self._by_hash = {k.hash: k for k in self._store.all() if k.revoked is None}
-        self._loaded = time.monotonic()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._refreshing, name="joulegate-keys",
+                                        daemon=True)
+        self._thread.start()
+
+    def _refreshing(self) -> None:
+        while not self._stop.wait(self._refresh_s):
+            try:
+                self.refresh()
+            except DatabaseError as exc:
+                log.warning("keys not reloaded (the last ones loaded stay): %s", exc)
+
+    def close(self) -> None:
+        """Stop the refresher and close the store."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._store.close()
 
     def active(self) -> bool:
         """Whether any key is active (else the gateway runs open)."""
-        self._maybe_refresh()
         return bool(self._by_hash) or self._admin is not None
+
+    def keys(self) -> list[ApiKey]:
+        """The active keys, as last loaded."""
+        return list(self._by_hash.values())
 
     @property
     def store(self) -> KeyStore:
         return self._store
 
-    def _maybe_refresh(self) -> None:
-        if time.monotonic() - self._loaded > self._refresh_s:
-            self.refresh()
-
     def find(self, secret: str) -> ApiKey | None:
-        self._maybe_refresh()
         h = digest(secret)
         if self._admin is not None and hmac.compare_digest(self._admin.hash, h):
             return self._admin

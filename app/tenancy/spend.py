@@ -19,7 +19,7 @@ import operator
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -93,19 +93,32 @@ class SpendLedger:
         # key id -> (start of the period last asked about, net joules since then)
         self._spent: dict[str, tuple[float, float]] = {}
         self._unwritten: list[UsageRow] = []  # recorded, not yet committed (FIFO)
+        self._wanted: dict[str, float] = {}  # key id -> period start, to load
         self._thread = threading.Thread(target=self._write, name="joulegate-usage",
                                         daemon=True)
         self._thread.start()
 
     # -- budgets ---------------------------------------------------------
     def spent_j(self, key: ApiKey) -> float:
-        """Net joules of the key's finished requests in its current period."""
+        """Net joules of the key's finished requests in its current period,
+        from memory: never a database round trip. A key not loaded yet (new
+        since `prime`, or a new period) gets what this gateway recorded, and
+        the writer thread loads its committed spend at once."""
         start = period_start(key.budget_period, self._clock())
         with self._lock:
             cached = self._spent.get(key.id)
             if cached is not None and cached[0] == start:
                 return cached[1]
-        return self._reload(key.id, start)
+            self._wanted[key.id] = start
+            known = self._pending(key.id, start)
+        self._wake.set()
+        return known
+
+    def prime(self, keys: Iterable[ApiKey]) -> None:
+        """Load the keys' spend now (start-up, before serving)."""
+        now = self._clock()
+        for key in keys:
+            self._reload(key.id, period_start(key.budget_period, now))
 
     def _reload(self, key_id: str, start: float) -> float:
         """The key's spend since `start`: committed rows plus ours not yet written."""
@@ -166,6 +179,10 @@ class SpendLedger:
                     del self._unwritten[:len(rows)]
             if closing:
                 return  # what the database refused stays unwritten
+            with self._lock:
+                wanted, self._wanted = self._wanted, {}
+            for key_id, start in wanted.items():
+                self._reload(key_id, start)
             if time.monotonic() - refreshed > self._refresh_s:
                 refreshed = time.monotonic()
                 with self._lock:

@@ -233,6 +233,7 @@ def test_usage_rows_committed_before_a_kill_9_are_all_there(workers: Workers,
         proc.send_signal(signal.SIGKILL)  # under way: the last requests' rows are in flight
         proc.wait(timeout=30)
     ledger = SpendLedger(database)
+    ledger.prime([key])  # as a gateway does at start-up
     rows = ledger.rows(key.id, 0.0)
     assert len(rows) >= committed[0]  # nothing committed was lost
     assert len(rows) <= 30  # nor written twice
@@ -295,3 +296,43 @@ def test_a_key_near_its_joule_budget_is_steered_to_the_fewest_joules(
         forced = httpx.post(gw.v1 + "/route", headers=h, json={**ask, "model": "large"})
         assert "steered" not in forced.json()["reason"]  # a named tier is not steered
     store.close()
+
+
+def test_no_request_waits_for_the_database(workers: Workers, tmp_path: Path, database: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys, budgets and spend are answered from memory: across key refreshes,
+    a key created while the gateway runs (its spend not loaded yet) and a new
+    period's first request, no statement runs on the event loop's thread."""
+    import asyncio
+
+    from app.tenancy.database import Database
+
+    on_loop: list[str] = []
+
+    def watched(name: str) -> Any:
+        real = getattr(Database, name)
+
+        def call(self: Database, *args: Any, **kwargs: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_loop.append(f"{name}: {str(args[0])[:60]}")
+            except RuntimeError:
+                pass  # a thread of its own: where the database belongs
+            return real(self, *args, **kwargs)
+        return call
+
+    store = KeyStore(database)
+    _, budgeted = store.create("team-a", joule_budget=1e9)
+    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path,
+                     database_url=database) as gw:
+        for name in ("execute", "insert"):
+            monkeypatch.setattr(Database, name, watched(name))
+        _, later = store.create("team-b", joule_budget=1e9)
+        deadline = time.monotonic() + 5  # more than two of the keys' 2 s refreshes
+        while time.monotonic() < deadline:
+            assert chat(gw.v1, budgeted, model="auto").status_code == 200
+            assert chat(gw.v1, later).status_code in (200, 401)  # 401 until loaded
+            time.sleep(0.2)
+        assert chat(gw.v1, later).status_code == 200
+    store.close()
+    assert on_loop == []
