@@ -160,7 +160,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         router = seams.router or make_router(catalog, book)
         limits, keys = RateLimits(), _keys(settings)
         spend = SpendLedger(settings.database())
-        spend.prime(k for k in keys.keys() if k.joule_budget is not None)
+        spend.prime(k for k in keys.active_keys() if k.joule_budget is not None)
         keys.start()
         planner = Planner(catalog, pool, router, metrics, Traffic(), spend,
                           settings.budget_steer_at)

@@ -175,7 +175,7 @@ class KeyRing:
         """Whether any key is active (else the gateway runs open)."""
         return bool(self._by_hash) or self._admin is not None
 
-    def keys(self) -> list[ApiKey]:
+    def active_keys(self) -> list[ApiKey]:
         """The active keys, as last loaded."""
         return list(self._by_hash.values())
 
