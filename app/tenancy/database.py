@@ -1,30 +1,64 @@
-"""The SQL database behind API keys and the usage ledger.
+"""The SQL database behind API keys and the usage ledger, on SQLAlchemy Core.
 
 SQLite in the state directory by default (one file, WAL: readers never wait
-for the writer); PostgreSQL when several gateways share keys, budgets and the
-ledger (`JOULEGATE_DATABASE_URL=postgresql://user:password@host/db`). The
-schema is migrated by Alembic (app/migrations) when a database is opened.
+for the writer); PostgreSQL (psycopg 3) when several gateways share keys,
+budgets and the ledger (`JOULEGATE_DATABASE_URL=postgresql://user:password@host/db`).
+The schema is migrated by Alembic (app/tenancy/migrations) when a database is
+opened; `TABLES` describes the same tables for building statements.
 
-Statements are written once, with `?` placeholders; each store holds one
-connection, used under a lock. Driver errors are translated here, once:
-a unique constraint is `Conflict`, anything else `DatabaseError`; a dropped
-PostgreSQL connection is reopened and the statement tried once more.
+Statements are SQLAlchemy expressions (or, for tests and one-off tools, plain
+SQL text). A connection the server dropped (a PostgreSQL restart) is replaced
+and the statement tried once more. Driver errors are
+translated here, once: a unique constraint is `Conflict`, anything else
+`DatabaseError`.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import psycopg
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Executable,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    create_engine,
+    event,
+    exc,
+    text,
+)
 
-# Bound values in one statement: SQLite's lowest default limit (builds before
-# 3.32); PostgreSQL takes 65,535.
-MAX_VARIABLES = 999
+from app.tenancy.migrations import sqlalchemy_url
+
+METADATA = MetaData()
+API_KEYS = Table(
+    "api_keys", METADATA,
+    Column("id", Text, primary_key=True), Column("name", Text, nullable=False, unique=True),
+    Column("hash", Text, nullable=False, unique=True), Column("created", Float, nullable=False),
+    Column("revoked", Float), Column("rpm", Integer), Column("tpm", Integer),
+    Column("joule_budget", Float),
+    Column("budget_period", Text, nullable=False, server_default="month"),
+    Column("models", Text))
+USAGE = Table(
+    "usage", METADATA,
+    Column("time", Float, nullable=False), Column("key_id", Text), Column("key_name", Text),
+    Column("route", Text), Column("tier", Text), Column("backend", Text),
+    Column("strategy", Text), Column("category", Text), Column("status", Text),
+    Column("prompt_tokens", Integer), Column("completion_tokens", Integer),
+    Column("energy_net_j", Float), Column("energy_gross_j", Float), Column("source", Text),
+    Column("latency_s", Float),
+    Index("usage_key_time", "key_id", "time"))
+TABLES = {t.name: t for t in (API_KEYS, USAGE)}
+T = TypeVar("T")
 
 
 class DatabaseError(Exception):
@@ -59,8 +93,28 @@ def migrate(url: str) -> None:
     upgrade(url)
 
 
+def _engine(url: str) -> Engine:
+    if is_postgres(url):
+        return create_engine(sqlalchemy_url(url), pool_size=2,
+                             max_overflow=4, connect_args={"connect_timeout": 10})
+    path = _sqlite_path(url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 5.0})
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        # WAL's own recommendation: no fsync per commit (a power loss may undo the
+        # last commits, never corrupt the file; a process crash loses nothing).
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    return engine
+
+
 class Database:
-    """One connection to the keys-and-usage database, safe across threads."""
+    """The keys-and-usage database, safe across threads (a pool of connections)."""
 
     def __init__(self, url: str) -> None:
         if not (is_postgres(url) or url.startswith("sqlite:///")):
@@ -68,91 +122,56 @@ class Database:
                              "(sqlite:///PATH or postgresql://...)")
         self.url = url
         self.postgres = is_postgres(url)
-        self._lock = threading.Lock()
-        self._conn: Any = None
-        with self._lock:
-            self._connect()
+        self._engine = _engine(url)
+        # One statement needs no transaction of its own: a round trip, not three.
+        self._autocommit = self._engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @classmethod
     def open(cls, url: str) -> Database:
         migrate(url)
         return cls(url)
 
-    def _connect(self) -> None:
-        if self.postgres:
-            try:
-                self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-            except psycopg.Error as exc:
-                raise DatabaseError(f"cannot connect to PostgreSQL: {exc}") from None
-            return
-        path = _sqlite_path(self.url)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        # WAL's own recommendation: no fsync per commit (a power loss may undo the
-        # last commits, never corrupt the file; a process crash loses nothing).
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=5000")
-        self._conn = conn
+    def execute(self, statement: Executable | str,
+                params: Mapping[str, Any] | None = None) -> Result:
+        """One statement, committed as it runs."""
+        stmt = text(statement) if isinstance(statement, str) else statement
 
-    def _sql(self, statement: str) -> str:
-        return statement.replace("?", "%s") if self.postgres else statement
+        def work(conn: Connection) -> Result:
+            cur = conn.execute(stmt, dict(params or {}))
+            if cur.returns_rows:
+                rows = [tuple(r) for r in cur]
+                return Result(rows, len(rows))
+            return Result([], int(cur.rowcount))
 
-    def execute(self, statement: str, args: Sequence[Any] = ()) -> Result:
-        result: Result = self._run(lambda: self._one(self._sql(statement), args))
-        return result
+        return self._run(work, self._autocommit)
 
     def insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
                ) -> None:
-        """All rows in one transaction (all are written or none), as INSERTs of
-        many rows each: one database step per statement, where a row each
-        would make the sqlite3 module give up and take back the GIL per row
-        (the event loop's thread waits for it each time)."""
-        batch = list(rows)
-        per = max(1, MAX_VARIABLES // len(columns))
-        one = "(" + ", ".join("?" * len(columns)) + ")"
-        head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-        statements = [(self._sql(head + ", ".join([one] * len(chunk))),
-                       [v for row in chunk for v in row])
-                      for chunk in (batch[i:i + per] for i in range(0, len(batch), per))]
-        self._run(lambda: self._many(statements))
+        """All rows in one transaction (all are written or none). SQLAlchemy's
+        "insertmanyvalues" sends them as INSERTs of many rows each (one cached
+        statement): a row each would make the driver give up and take back the
+        GIL per row, which the event loop's thread waits for each time."""
+        batch = [dict(zip(columns, row, strict=True)) for row in rows]
+        if batch:
+            self._run(lambda conn: conn.execute(TABLES[table].insert(), batch), self._engine)
 
-    def _one(self, statement: str, args: Sequence[Any]) -> Result:
-        cur = self._conn.execute(statement, args)
-        rows = cur.fetchall() if cur.description is not None else []
-        return Result(rows, int(cur.rowcount))
-
-    def _many(self, statements: list[tuple[str, list[Any]]]) -> None:
-        """The statements in one transaction."""
-        if self.postgres:
-            with self._conn.transaction(), self._conn.cursor() as cur:
-                for statement, args in statements:
-                    cur.execute(statement, args)
-            return
-        self._conn.execute("BEGIN")
-        try:
-            for statement, args in statements:
-                self._conn.execute(statement, args)
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
-
-    def _run(self, work: Any) -> Any:
-        with self._lock:
-            for attempt in (1, 2):
-                try:
-                    return work()
-                except (sqlite3.IntegrityError, psycopg.errors.UniqueViolation) as exc:
-                    raise Conflict(str(exc)) from None
-                except psycopg.OperationalError as exc:
-                    if attempt == 2 or not self._conn.closed:
-                        raise DatabaseError(str(exc)) from None
-                    self._connect()  # the server went away: reconnect, try once more
-                except (sqlite3.Error, psycopg.Error) as exc:
-                    raise DatabaseError(str(exc)) from None
+    def _run(self, work: Callable[[Connection], T], engine: Engine) -> T:
+        """`work` in a transaction of `engine`'s; a connection the server dropped (a restart)
+        is replaced and the work tried once more (SQLAlchemy invalidates the
+        pool's connections when it sees a disconnect; no ping per statement)."""
+        for attempt in (1, 2):
+            try:
+                with engine.begin() as conn:
+                    return work(conn)
+            except exc.IntegrityError as e:
+                raise Conflict(str(e.orig)) from None
+            except exc.DBAPIError as e:
+                if attempt == 1 and e.connection_invalidated:
+                    continue
+                raise DatabaseError(str(e.orig)) from None
+            except exc.SQLAlchemyError as e:
+                raise DatabaseError(str(e)) from None
         raise AssertionError("unreachable")
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._engine.dispose()

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from app.tenancy.database import Conflict, Database, DatabaseError
+from sqlalchemy import select
+
+from app.tenancy.database import API_KEYS, Conflict, Database, DatabaseError
 
 log = logging.getLogger("joulegate.keys")
 
@@ -87,11 +89,10 @@ class KeyStore:
         key = ApiKey(secrets.token_hex(8), name, digest(secret), time.time(), None, rpm, tpm,
                      joule_budget, budget_period, tuple(models) if models is not None else None)
         try:
-            self._db.execute(
-                "INSERT INTO api_keys (id, name, hash, created, rpm, tpm, joule_budget,"
-                " budget_period, models) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key.id, name, key.hash, key.created, rpm, tpm, joule_budget,
-                 budget_period, ",".join(key.models) if key.models is not None else None))
+            self._db.execute(API_KEYS.insert().values(
+                id=key.id, name=name, hash=key.hash, created=key.created, rpm=rpm, tpm=tpm,
+                joule_budget=joule_budget, budget_period=budget_period,
+                models=",".join(key.models) if key.models is not None else None))
         except Conflict:
             raise ValueError(f"a key named {name!r} exists") from None
         return key, secret
@@ -102,21 +103,21 @@ class KeyStore:
             raise ValueError(f"can update {sorted(allowed)}")
         if "models" in fields and fields["models"] is not None:
             fields["models"] = ",".join(fields["models"])
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        done = self._db.execute(f"UPDATE api_keys SET {sets} WHERE name = ?",
-                                (*fields.values(), name))
+        done = self._db.execute(
+            API_KEYS.update().where(API_KEYS.c.name == name).values(**fields))
         return done.rowcount > 0
 
     def revoke(self, name: str) -> bool:
         done = self._db.execute(
-            "UPDATE api_keys SET revoked = ? WHERE name = ? AND revoked IS NULL",
-            (time.time(), name))
+            API_KEYS.update().where(API_KEYS.c.name == name, API_KEYS.c.revoked.is_(None))
+            .values(revoked=time.time()))
         return done.rowcount > 0
 
     def all(self) -> list[ApiKey]:
+        c = API_KEYS.c
         rows = self._db.execute(
-            "SELECT id, name, hash, created, revoked, rpm, tpm, joule_budget, "
-            "budget_period, models FROM api_keys ORDER BY created").rows
+            select(c.id, c.name, c.hash, c.created, c.revoked, c.rpm, c.tpm, c.joule_budget,
+                   c.budget_period, c.models).order_by(c.created)).rows
         return [ApiKey(id=r[0], name=r[1], hash=r[2], created=r[3], revoked=r[4], rpm=r[5],
                        tpm=r[6], joule_budget=r[7], budget_period=r[8],
                        models=tuple(r[9].split(",")) if r[9] is not None else None)

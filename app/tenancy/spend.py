@@ -23,10 +23,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from app.tenancy.database import Database, DatabaseError
+from sqlalchemy import ColumnElement, Integer, cast, func, select
+
+from app.tenancy.database import USAGE, Database, DatabaseError
 from app.tenancy.keys import ApiKey, BudgetPeriod
 
 log = logging.getLogger("joulegate.usage")
+U = USAGE.c
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,8 @@ class SpendLedger:
         """The key's spend since `start`: committed rows plus ours not yet written."""
         try:
             committed = float(self._db.execute(
-                "SELECT COALESCE(SUM(energy_net_j), 0) FROM usage WHERE key_id = ? "
-                "AND time >= ?", (key_id, start)).rows[0][0])
+                select(func.coalesce(func.sum(U.energy_net_j), 0.0))
+                .where(U.key_id == key_id, U.time >= start)).rows[0][0])
         except DatabaseError as exc:
             log.warning("cannot read spend of key %s: %s", key_id, exc)
             with self._lock:
@@ -194,26 +197,27 @@ class SpendLedger:
              ) -> list[dict[str, Any]]:
         """Finished requests since `since` (a key's own, or all for None),
         oldest first; with `limit`, the newest `limit` of them."""
-        where, args = _where(key_id, since)
-        sql = f"SELECT {', '.join(COLUMNS)} FROM usage WHERE {where} ORDER BY time DESC"
+        stmt = select(*(U[c] for c in COLUMNS)).where(*_where(key_id, since)) \
+            .order_by(U.time.desc())
         if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        found = self._db.execute(sql, args).rows
+            stmt = stmt.limit(int(limit))
+        found = self._db.execute(stmt).rows
         return [dict(zip(COLUMNS, r, strict=True)) for r in reversed(found)]
 
     def totals(self, key_id: str | None, since: float, key_name: str | None = None
                ) -> dict[str, Any]:
         """Requests, tokens and net joules since `since`: in all, by UTC day and
         by backend, summed by the database (however many rows there are)."""
-        where, args = _where(key_id, since)
+        where = _where(key_id, since)
         if key_name is not None:
-            where += " AND key_name = ?"
-            args.append(key_name)
-        day = "FLOOR(time / 86400)" if self._db.postgres else "CAST(time / 86400 AS INTEGER)"
+            where.append(U.key_name == key_name)
+        day = (func.floor(U.time / 86400) if self._db.postgres
+               else cast(U.time / 86400, Integer)).label("day")
         groups = self._db.execute(
-            f"SELECT {day} AS day, backend, COUNT(*), COALESCE(SUM(prompt_tokens), 0), "
-            "COALESCE(SUM(completion_tokens), 0), COALESCE(SUM(energy_net_j), 0) "
-            f"FROM usage WHERE {where} GROUP BY {day}, backend", args).rows
+            select(day, U.backend, func.count(), func.coalesce(func.sum(U.prompt_tokens), 0),
+                   func.coalesce(func.sum(U.completion_tokens), 0),
+                   func.coalesce(func.sum(U.energy_net_j), 0.0))
+            .where(*where).group_by(day, U.backend)).rows
         total: dict[str, Any] = {}
         by_day: dict[str, dict[str, Any]] = {}
         by_model: dict[str, dict[str, Any]] = {}
@@ -240,10 +244,10 @@ def parse_since(text: str) -> float | None:
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-def _where(key_id: str | None, since: float) -> tuple[str, list[Any]]:
+def _where(key_id: str | None, since: float) -> list[ColumnElement[bool]]:
     if key_id is None:
-        return "time >= ?", [since]
-    return "key_id = ? AND time >= ?", [key_id, since]
+        return [U.time >= since]
+    return [U.key_id == key_id, U.time >= since]
 
 
 def _add(into: dict[str, Any], requests: int, prompt: int, completion: int,

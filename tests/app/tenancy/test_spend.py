@@ -26,7 +26,14 @@ def test_spend_counts_before_and_after_the_rows_are_written(database: str) -> No
     ledger.record(row(now, 50.0, key=None))  # an open gateway's request
     assert ledger.spent_j(KEY) == 7.0  # unwritten rows count at once
     ledger.close()
+    unprimed = SpendLedger(database)  # asked first: loaded on its writer thread
+    deadline = time.monotonic() + 5
+    while unprimed.spent_j(KEY) != 7.0:
+        assert time.monotonic() < deadline, "spend never loaded"
+        time.sleep(0.01)
+    unprimed.close()
     reopened = SpendLedger(database)
+    reopened.prime([KEY])  # as a gateway does at start-up
     assert reopened.spent_j(KEY) == 7.0
     rows = reopened.rows("k1", period_start("day", now))
     assert [r["energy_net_j"] for r in rows] == [3.0, 4.0]
