@@ -50,7 +50,7 @@ def _time(gw: Any, request: Request, n: int) -> dict[str, float]:
     refresher thread (every 2 s) runs while they are timed."""
     for _ in range(200):
         authorize(cast(Gateway, gw), request)
-    times = []
+    times: list[float] = []
     end = time.perf_counter() + SECONDS
     while len(times) < n or time.perf_counter() < end:
         t0 = time.perf_counter()

@@ -54,8 +54,8 @@ print(json.dumps({"insert_200_rows_ms": 1000 * sorted(inserts)[10],
 
 def _turn(root: Path, url: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(root)}
-    out = subprocess.run([sys.executable, "-c", CHILD, url, str(root)], cwd=root, env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-c", CHILD, url, str(root)], cwd=root, env=env,
+                         check=True, capture_output=True, text=True).stdout
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
 

@@ -15,6 +15,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,10 @@ def main() -> None:
     train, test = _split(examples, 0)
     checks = _own(ROOT / "router" / "data" / "eval_prompts.tsv")
     model = encoder()
-    embed = lambda texts: model.encode(texts, batch_size=64, normalize_embeddings=True)  # type: ignore[attr-defined]  # noqa: E731
+
+    def embed(texts: list[str]) -> Any:
+        return model.encode(texts, batch_size=64, normalize_embeddings=True)  # type: ignore[attr-defined]
+
     t0 = time.perf_counter()
     x_train = embed([e.text for e in train])
     encode_s = time.perf_counter() - t0

@@ -246,12 +246,12 @@ def main() -> None:
             for connections in (1, 50):
                 key = f"{name} c={connections}"
                 bearer = LITELLM_KEY if target == "litellm" else None
-                proc = procs.get(target)
-                before = tree_cpu_s(proc.pid) if proc else 0.0
+                measured = procs.get(target)
+                before = tree_cpu_s(measured.pid) if measured else 0.0
                 run = wrk(base[target] + path, connections, args.seconds, body, work, bearer,
                           pin(WRK_CORES))
-                if proc is not None and run["req_per_s"]:
-                    run["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(proc.pid) - before)
+                if measured is not None and run["req_per_s"]:
+                    run["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(measured.pid) - before)
                                                       / (run["req_per_s"] * args.seconds), 4)
                 results["runs"][key] = run
                 print(key, run, flush=True)

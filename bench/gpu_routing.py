@@ -291,7 +291,7 @@ def main() -> None:
         if args.phase == "calibrate":
             ints = [[int(x) for x in v.split(",")] for v in
                     (args.prompts, args.completions, args.concurrency)]
-            phase_calibrate(s, Sweep(*ints))
+            phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
             phase_replay(s, args.n)
     finally:

@@ -84,7 +84,7 @@ def _poll_health(url: str, seconds: float, out: Any) -> None:
     while time.monotonic() < deadline and not out.poll():
         start = time.perf_counter()
         try:
-            conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port, timeout=10)
             conn.request("GET", u.path)
             conn.getresponse().read()
             conn.close()

@@ -27,8 +27,9 @@ from bench.process import rss_mb
 from workers.local import ROOT, wait_healthy
 
 MSG = [{"role": "user", "content": "What is the capital of France?"}]
-BODIES = [{"model": "small", "messages": MSG}, {"model": "auto", "messages": MSG},
-          {"model": "auto", "messages": MSG, "stream": True}]
+BODIES: list[dict[str, Any]] = [
+    {"model": "small", "messages": MSG}, {"model": "auto", "messages": MSG},
+    {"model": "auto", "messages": MSG, "stream": True}]
 
 
 def served(base: str) -> int:

@@ -56,7 +56,10 @@ def summarize(collapsed: str) -> dict[str, Any]:
         own[package(frames[-1])] += n
         for f in {re.sub(r":\d+\)$", ")", f) for f in frames if package(f) in OURS}:
             ours[f] += n  # by function: line numbers dropped
-    share = lambda c: {k: round(v / total, 4) for k, v in c.most_common(25)}  # noqa: E731
+
+    def share(c: collections.Counter[str]) -> dict[str, float]:
+        return {k: round(v / total, 4) for k, v in c.most_common(25)}
+
     return {"samples": total, "by_package_innermost": share(own),
             "our_functions_inclusive": share(ours)}
 
@@ -104,4 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

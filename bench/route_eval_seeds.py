@@ -50,8 +50,8 @@ def main() -> None:
         summary[ds]["routellm_best"] = ROUTELLM_BEST[ds]
     result = {"splits": splits, "summary": summary, "commit": project_commit(),
               "held_out_fraction": 0.3, "configuration": "shipped (C = 0.1, GSM8K weight 5)"}
-    out = ROOT / "bench" / "results" / "route-eval-seeds.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    path = ROOT / "bench" / "results" / "route-eval-seeds.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
 
 
