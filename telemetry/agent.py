@@ -2,26 +2,14 @@
 
 Several gateway processes (or replicas) can send to the same GPU; attribution
 needs every request on a device in one ledger, so the ledger lives here, one
-per host, and gateways open and close their windows over HTTP:
-
-    POST /v1/windows/open    {"device", "curve"?}            -> {"window"}
-                             {"device", "curve"?, "windows": [id, ...]}
-                                                 -> {"windows": [the ids opened]}
-    POST /v1/windows/close   {"device", "window", "points"}  -> EnergyFigure
-    POST /v1/windows/result  {"device", "window", "wait_s"?} -> EnergyFigure (held until
-                                                                final, up to wait_s)
-    POST /v1/windows/results {"device", "windows": [window, ...], "final_only"?}
-                             -> {"figures": [EnergyFigure | null, ...]}, in order;
-                             with final_only, a window not final yet is {"final": false}
-    POST /v1/windows/batch   {"calls": [{"call": "open" | "close" | "result" | "results",
-                             ...}]} -> {"results": [{"status", "body"}]}, in order (no
-                             waiting)
-    GET  /metrics            device energy, power, idle (Prometheus)
-    GET  /healthz
+per host, and gateways open and close their windows over HTTP with the
+messages of telemetry/protocol.py (a batch of window calls, or one call on a
+path of its own); also GET /metrics (device energy, power, idle) and
+GET /healthz.
 
 Every request a gateway forwards opens and closes a window and asks for its
 final figure, so these must cost little. A gateway sends them in batches
-(app/metering/meter.py: the calls its requests make while a batch is on its way go in
+(app/metering/remote.py: the calls its requests make while a batch is on its way go in
 the next one, the windows it opened meanwhile in one `open` call per device
 and curve, named by the gateway so that no request waits for its opening,
 and the final figures of all its waiting windows are asked for in one
@@ -48,6 +36,7 @@ from typing import Any
 from telemetry.devices import MeteredDevice
 from telemetry.ledger import Ledger
 from telemetry.metrics import CONTENT_TYPE, Metrics
+from telemetry.protocol import BATCH_PATH, CALL_PATH, CALLS, PENDING, batch_answer
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure
 
@@ -59,7 +48,6 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # a batch of long answers' token points
 JSON = "application/json"
 Reply = tuple[int, bytes, str]
 Answer = tuple[int, Any]  # status, JSON body
-WINDOW_CALLS = ("open", "close", "result", "results")
 _WINDOW_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_CURVES = 256  # operating curves remembered (one per backend a gateway sends)
 
@@ -71,9 +59,6 @@ def _json(status: int, obj: Any) -> Reply:
 def _error(status: int, message: str) -> Answer:
     return status, {"error": {"message": message, "type": "invalid_request_error",
                               "param": None, "code": None}}
-
-
-PENDING = {"final": False}  # a window whose figure is not final yet (results, final_only)
 
 
 def _dict(figure: EnergyFigure | None) -> dict[str, Any] | None:
@@ -147,10 +132,10 @@ class AgentServer:
             body = json.loads(raw or b"{}")
         except ValueError:
             return _json(*_error(400, "body must be JSON"))
-        if path == "/v1/windows/batch":
+        if path == BATCH_PATH:
             return _json(*await self._batch(body))
-        call = path.removeprefix("/v1/windows/")
-        if call not in WINDOW_CALLS or call == path:
+        call = path.removeprefix(CALL_PATH)
+        if call not in CALLS or call == path:
             return _json(*_error(404, f"no route {path}"))
         return _json(*await self.window_call(call, body, wait=True))
 
@@ -215,10 +200,9 @@ class AgentServer:
         results = []
         for c in calls:
             call = c.get("call") if isinstance(c, dict) else None
-            status, out = await self.window_call(call, c, wait=False) \
-                if call in WINDOW_CALLS else _error(400, f"call must be one of {WINDOW_CALLS}")
-            results.append({"status": status, "body": out})
-        return 200, {"results": results}
+            results.append(await self.window_call(call, c, wait=False) if call in CALLS
+                           else _error(400, f"call must be one of {CALLS}"))
+        return 200, batch_answer(results)
 
     async def _connection(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from app.jsonio import dumps, loads
 from app.metering.meter import Done, Progress, Waiting, split_window
 from app.upstream.client import Upstream, UpstreamError
-from telemetry.agent import PENDING
+from telemetry import protocol
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
 from telemetry.window import WindowNames
@@ -36,7 +36,7 @@ class AgentCalls:
 
     def __init__(self, upstream: Upstream, base: str) -> None:
         self._upstream = upstream
-        self._url = base.rstrip("/") + "/v1/windows/batch"
+        self._url = base.rstrip("/") + protocol.BATCH_PATH
         self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self._opening: dict[tuple[str, Curve], list[str]] = {}
         self._sender: asyncio.Task[None] | None = None
@@ -65,9 +65,7 @@ class AgentCalls:
         loop = asyncio.get_running_loop()
         calls = []
         for (device, curve), wids in self._opening.items():
-            call: dict[str, Any] = {"call": "open", "device": device, "windows": wids}
-            if curve is not None:
-                call["curve"] = list(curve)
+            call = protocol.open_call(device, wids, curve)
             opened: asyncio.Future[Any] = loop.create_future()
             opened.add_done_callback(partial(self._check_opened, len(wids)))
             calls.append((call, opened))
@@ -76,11 +74,11 @@ class AgentCalls:
 
     def _check_opened(self, asked: int, opened: asyncio.Future[Any]) -> None:
         answer = opened.result()
-        got = answer.get("windows") if isinstance(answer, dict) else None
-        if answer is not None and (not isinstance(got, list) or len(got) != asked):
+        got = protocol.opened(answer)
+        if answer is not None and (got is None or len(got) != asked):
             log.warning("agent %s opened %s of %d windows (an agent older than the "
                         "gateway does not take named windows: upgrade it)", self._url,
-                        len(got) if isinstance(got, list) else "none", asked)
+                        len(got) if got is not None else "none", asked)
 
     async def _send_all(self) -> None:
         try:
@@ -133,13 +131,13 @@ class AgentCalls:
             log.warning("agent %s answered %d", self._url, status)
             return none
         try:
-            results = loads(raw)["results"]
-            assert isinstance(results, list) and len(results) == calls
-        except (ValueError, KeyError, TypeError, AssertionError):
+            bodies = protocol.batch_bodies(loads(raw), calls)
+        except ValueError:
+            bodies = None
+        if bodies is None:
             log.warning("agent %s: not a batch answer", self._url)
             return none
-        return [r.get("body") if isinstance(r, dict) and r.get("status") == 200 else None
-                for r in results]
+        return bodies
 
     async def _post(self, payload: bytes) -> tuple[bytes, int]:
         r = await self._upstream.post_again_if_reset(self._url, payload)
@@ -166,10 +164,9 @@ class RemoteMeter:
         self._poller: asyncio.Task[None] | None = None
         self._names = WindowNames()
 
-    async def _call(self, call: str, device: str, **body: Any) -> Any:
+    async def _call(self, device: str, call: dict[str, Any]) -> Any:
         agent = self._agents.get(device)
-        return None if agent is None else await agent.call(
-            {"call": call, "device": device, **body})
+        return None if agent is None else await agent.call(call)
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:
@@ -187,14 +184,15 @@ class RemoteMeter:
         if window is None:
             return None
         device, wid = split_window(window)
-        return _figure(await self._call("close", device, window=wid, points=points))
+        return protocol.as_figure(
+            await self._call(device, protocol.close_call(device, wid, points)))
 
     async def abandon(self, window: str | None) -> None:
         await self.close(window, [])
 
     async def result(self, window: str) -> EnergyFigure | None:
         device, wid = split_window(window)
-        return _figure(await self._call("result", device, window=wid))
+        return protocol.as_figure(await self._call(device, protocol.result_call(device, wid)))
 
     def when_final(self, window: str, done: Done) -> None:
         loop = asyncio.get_running_loop()
@@ -218,19 +216,19 @@ class RemoteMeter:
                     device, wid = split_window(window)
                     asks.setdefault((device, window in due), []).append(wid)
                 answers = await asyncio.gather(*(
-                    self._call("results", device, windows=wids, final_only=not past)
+                    self._call(device, protocol.results_call(device, wids, final_only=not past))
                     for (device, past), wids in asks.items()))
                 for ((device, _), wids), answer in zip(asks.items(), answers, strict=True):
-                    figures = answer.get("figures") if isinstance(answer, dict) else None
-                    if not isinstance(figures, list) or len(figures) != len(wids):
+                    figures = protocol.figures(answer, len(wids))
+                    if figures is None:
                         # No answer: ask again next time; the windows past
                         # their timeout get none.
                         self._give_due([f"{device}/{wid}" for wid in wids], due)
                         continue
                     for wid, data in zip(wids, figures, strict=True):
-                        if data == PENDING:
+                        if data == protocol.PENDING:
                             continue  # not final yet (and not past its timeout)
-                        window, figure = f"{device}/{wid}", _figure(data)
+                        window, figure = f"{device}/{wid}", protocol.as_figure(data)
                         if figure is None or figure.final or window in due:
                             self._waiting.give(window, figure)
         finally:
@@ -243,9 +241,3 @@ class RemoteMeter:
 
     async def drain(self, timeout_s: float) -> None:
         await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone
-
-
-def _figure(data: Any) -> EnergyFigure | None:
-    if not isinstance(data, dict) or data.get("net_j") is None:
-        return None
-    return EnergyFigure(**{k: data[k] for k in EnergyFigure.__dataclass_fields__ if k in data})
