@@ -1,10 +1,13 @@
-"""The agent's CPU per window call exchange, by event loop (asyncio's, uvloop's).
+"""The agent's CPU per window call exchange, by server: its own HTTP/1.1 server
+on asyncio's loop or uvloop's, and uvicorn (uvloop, httptools) with a
+Starlette app over the same AgentServer (the library the hand-written
+server must beat by more than 20% to stay: docs/performance-decisions.md).
 
     python -m bench.agent_calls [--rounds 5 --exchanges 3000]
         -> bench/results/agent-calls.json
 
 Starts `telemetry.agent` in a process of its own (estimate meter) with each
-loop in turn, sends it open and close batches of one call each over one
+server in turn, sends it open and close batches of one call each over one
 keep-alive connection, one at a time (what a gateway at one connection
 sends), and reads the agent process's CPU from /proc. Rounds alternate the
 loops, so that this VM's drifting speed affects both alike.
@@ -28,7 +31,7 @@ from bench.gpu_common import project_commit
 from bench.process import cpu_s
 from workers.local import ROOT
 
-LOOPS = ("asyncio", "uvloop")
+LOOPS = ("asyncio", "uvloop", "uvicorn-starlette")
 
 
 def serve(loop: str, port: int) -> None:
@@ -39,13 +42,43 @@ def serve(loop: str, port: int) -> None:
     from telemetry.metrics import Metrics
 
     new_loop = asyncio.new_event_loop
-    if loop == "uvloop":
+    if loop != "asyncio":
         import uvloop
         new_loop = uvloop.new_event_loop
     device = metered_device(DeviceSpec("cpu", "local", "estimate", 0, 10.0, 50.0, 10.0), 0.1)
+    if loop == "uvicorn-starlette":
+        _serve_uvicorn(port, {"cpu": device}, new_loop)
+        return
     start_agent("127.0.0.1", port, {"cpu": device}, Metrics(CollectorRegistry()), new_loop)
     print("ready", flush=True)
     time.sleep(3600)
+
+
+def _serve_uvicorn(port: int, devices: dict[str, Any], new_loop: Any) -> None:
+    """The same AgentServer's answers, served by uvicorn with a Starlette app."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from telemetry.agent import AgentServer
+    from telemetry.metrics import Metrics
+
+    agent = AgentServer(devices, Metrics(), new_loop)
+
+    async def endpoint(request: Request) -> Response:
+        status, body, content_type = await agent.answer(request.method, request.url.path,
+                                                        await request.body())
+        return Response(body, status, media_type=content_type)
+
+    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET", "POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, loop="none",
+                                           http="httptools", lifespan="off",
+                                           log_level="warning", access_log=False))
+    asyncio.set_event_loop(agent.loop)
+    agent.loop.call_later(1.0, lambda: print("ready", flush=True))
+    agent.loop.run_until_complete(server.serve())
 
 
 class Client:
