@@ -33,6 +33,7 @@ test: llama-server models $(COMPOSE_SCHEMA_WHEEL)
 	$(BIN)/ruff check app router telemetry tests bench workers deploy
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m bench.index --check
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -4,7 +4,7 @@ while wrk sends non-streamed chat requests, grouped by the package each
 sample's innermost frame is in, and by our own functions.
 
     python -m bench.profile_gateway [--connections 50] [--model small] [--seconds 15]
-        ->  bench/results/profile-<model>-c<N>.json (+ the collapsed stacks)
+        ->  bench/results/profile-<model>-c<N>.json (collapsed stacks: .cache/profiles/)
 
 Needs nginx-light, wrk (Debian) and py-spy (PyPI); run as root (ptrace).
 """
@@ -102,7 +102,9 @@ def main() -> None:
         stop_nginx(work)
     out = ROOT / "bench" / "results" / f"profile-{args.model}-c{args.connections}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
-    (out.with_suffix(".stacks.txt")).write_text(raw.read_text())
+    stacks = ROOT / ".cache" / "profiles" / out.with_suffix(".stacks.txt").name
+    stacks.parent.mkdir(parents=True, exist_ok=True)
+    stacks.write_text(raw.read_text())  # raw profiler output stays out of bench/results
     print(json.dumps(result, indent=2))
 
 

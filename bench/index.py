@@ -1,0 +1,176 @@
+"""bench/results/README.md, written from the result files: each file, the
+command that writes it, the commit it ran at (read from the file, or from
+the JSON beside a PNG), what it shows and what supersedes it.
+
+    python -m bench.index          # rewrite bench/results/README.md
+    python -m bench.index --check  # exit 1 if it is out of date (make test)
+
+A result file that is not in CATALOGUE, or an entry without its file, is an
+error: a new benchmark adds its line here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+AB = "python -m bench.ab --base {base}"
+# file -> (command, what it shows, superseded by or "")
+CATALOGUE: dict[str, tuple[str, str, str]] = {
+    "ab-agent-batches-w2-c50.json": (AB + " --workers 2 --connections 50",
+                                     "agent calls sent in batches, two processes", ""),
+    "ab-agent-results-w2-c50.json": (AB + " --workers 2 --connections 50",
+                                     "one `results` call per device and poll", ""),
+    "ab-agent-unix-socket-w2-c50.json": (AB + " --workers 2 --connections 50",
+                                         "the agent on a Unix socket under serve --workers", ""),
+    "ab-direct-c50.json": (AB + " --connections 50", "the direct ASGI path for generation", ""),
+    "ab-end-after-response-c1.json": (AB, "bookkeeping after the response is written", ""),
+    "ab-gc-thresholds-c50.json": (AB + " --connections 50", "gc.freeze and GC thresholds", ""),
+    "ab-http1-c50.json": (AB + " --connections 50", "the own HTTP/1.1 client against httpx", ""),
+    "ab-lazy-explain-auto-c50.json": (AB + " --model auto --connections 50",
+                                      "decisions explained only for /v1/route", ""),
+    "ab-named-windows-w2-c1.json": (AB + " --workers 2", "windows named by the gateway", ""),
+    "ab-named-windows-w2-c50.json": (AB + " --workers 2 --connections 50",
+                                     "windows named by the gateway", ""),
+    "ab-overhead.json": (AB, "the default A/B output (forced tier, one connection)", ""),
+    "ab-request-path-cuts-auto-c50.json": (AB + " --model auto --connections 50",
+                                           "request-path cuts, auto", ""),
+    "ab-request-path-cuts-c1.json": (AB, "request-path cuts, forced tier", ""),
+    "ab-request-path-cuts-w2-c50.json": (AB + " --workers 2 --connections 50",
+                                         "request-path cuts, two processes", ""),
+    "ab-reuseport-w2-c50.json": (AB + " --workers 2 --connections 50",
+                                 "a listening socket per process (SO_REUSEPORT)", ""),
+    "ab-router-and-inserts-auto-c50.json": (AB + " --model auto --connections 50",
+                                            "router cuts and multi-row usage inserts", ""),
+    "ab-settle-gc-c50.json": (AB + " --connections 50", "ledger settling and GC", ""),
+    "ab-small-cuts-c50.json": (AB + " --connections 50", "small request-path cuts", ""),
+    "ab-stream-watch-c50.json": (AB + " --stream --connections 50",
+                                 "streams watched without a task group", ""),
+    "ab-usage-insert-c50.json": (AB + " --connections 50", "usage rows, many per INSERT", ""),
+    "agent-calls.json": ("python -m bench.agent_calls --rounds 3",
+                         "agent CPU per exchange: own server (asyncio, uvloop) vs uvicorn + "
+                         "Starlette", ""),
+    "attribution-model.json": ("python -m bench.attribution_model",
+                               "attribution of a batch's energy, simulated on H200 curves", ""),
+    "auth-latency.json": ("python -m bench.auth_latency",
+                          "the key, budget and rate check with 1,000 keys", ""),
+    "classifier-embedding.json": ("python -m bench.embedding_classifier (a venv with torch)",
+                                  "MiniLM embeddings against the shipped classifier", ""),
+    "cpu-curves.png": ("joulegate curves plot curves/cpu/*.json --out ...",
+                       "the CPU test workers' operating curves", ""),
+    "dashboard-energy-panels.png": ("pytest tests/integration/test_dashboards.py",
+                                    "Grafana's energy panels over a minute of traffic", ""),
+    "database-ops.json": ("python -m bench.database_ops --base d37bf4d --postgres ...",
+                          "SQLAlchemy Core against the hand-written SQL layer", ""),
+    "gateways-h200-host-run6.json": ("bash bench/run_gateways_device.sh (device tool)",
+                                     "gateways side by side, GPU host run 6",
+                                     "gateways-h200-host-run8.json (kept: the runs table)"),
+    "gateways-h200-host-run6.png": ("same", "run 6 as a picture", "run 8"),
+    "gateways-h200-host-run7.json": ("bash bench/run_gateways_device.sh (device tool)",
+                                     "gateways side by side, GPU host run 7",
+                                     "gateways-h200-host-run8.json (kept: the runs table)"),
+    "gateways-h200-host-run7.png": ("same", "run 7 as a picture", "run 8"),
+    "gateways-h200-host-run8.json": ("bash bench/run_gateways_device.sh (device tool)",
+                                     "gateways side by side on the GPU host's 16 cores", ""),
+    "gateways-h200-host-run8.png": ("same", "run 8 as a picture", ""),
+    "gateways.json": ("python -m bench.gateways --seconds 10",
+                      "nginx, joulegate and LiteLLM side by side on this VM", ""),
+    "gateways.png": ("same", "gateways.json as a picture", ""),
+    "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
+                        "H200 operating curves, leave-one-out error (nvml)", ""),
+    "gpu-curves.png": ("same", "the H200 curves as a picture", ""),
+    "gpu-routing-marginal.json": ("python -m bench.gpu_routing (device tool)",
+                                  "auto against always-large at c=8, marginal pricing (nvml)",
+                                  ""),
+    "gpu-routing-marginal.png": ("same", "gpu-routing-marginal.json as a picture", ""),
+    "gpu-routing.json": ("python -m bench.gpu_routing (device tool)",
+                         "auto against always-large and small+CoT, c=1 and c=8 (nvml)", ""),
+    "gpu-routing.png": ("same", "gpu-routing.json as a picture", ""),
+    "gpu-telemetry.json": ("python -m bench.gpu_telemetry (device tool)",
+                           "per-request energy on the H200: conservation, attribution (nvml)",
+                           ""),
+    "load.json": ("python -m bench.load", "1,000 requests at once against CPU workers", ""),
+    "memory-before-compaction.json": ("python -m bench.memory",
+                                      "RSS growth before the ledger compacted its windows",
+                                      "memory.json"),
+    "memory.json": ("python -m bench.memory", "RSS over 100,000 requests", ""),
+    "metric-updates.json": ("python -m bench.metric_updates",
+                            "a request's metric updates, direct against batched", ""),
+    "overhead.json": ("python -m bench.overhead 300 (after make run)",
+                      "latency the gateway adds in front of real CPU workers", ""),
+    "profile-auto-c50.json": ("python -m bench.profile_gateway --model auto --connections 50",
+                              "py-spy profile of auto at c=50", ""),
+    "profile-small-c50.json": ("python -m bench.profile_gateway --connections 50",
+                               "py-spy profile of the forced tier at c=50", ""),
+    "route-eval-seeds.json": ("python -m bench.route_eval_seeds",
+                              "APGR and controls over five held-out splits", ""),
+    "route-eval.json": ("python -m bench.route_eval",
+                        "APGR, CPT, controls and energy saved at quality targets", ""),
+    "route-eval.png": ("same", "route-eval.json as a picture", ""),
+    "route.json": ("python -m bench.route_latency", "decision time, 2,000-token conversation",
+                   ""),
+    "tolerance-sweep.json": ("python -m bench.tolerance_sweep",
+                             "energy and expected quality by tolerance (H200 curves)", ""),
+    "tolerance-sweep.png": ("same", "tolerance-sweep.json as a picture", ""),
+}
+
+
+def _recorded(name: str) -> dict[str, object]:
+    """The JSON of a result (a PNG's: the JSON beside it), or {}."""
+    path = RESULTS / (name if name.endswith(".json") else Path(name).stem + ".json")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _commit(data: dict[str, object]) -> str:
+    commit = data.get("commit")
+    if not commit:
+        return "not recorded"
+    return str(commit)[:12] + ("+uncommitted" if "+uncommitted" in str(commit) else "")
+
+
+def render() -> str:
+    files = sorted(p.name for p in RESULTS.iterdir() if p.name != "README.md")
+    missing = sorted(set(files) - set(CATALOGUE))
+    gone = sorted(set(CATALOGUE) - set(files))
+    if missing or gone:
+        raise SystemExit(f"bench/index.py: not catalogued {missing}; catalogued, no file {gone}")
+    lines = ["# Benchmark results", "",
+             "Written by `python -m bench.index` from the files here (do not edit by hand).",
+             "Energy figures name their source inside each file; superseded runs are "
+             "deleted (git keeps them).", "",
+             "| file | command | commit | what it shows | superseded by |",
+             "|---|---|---|---|---|"]
+    for name in files:
+        command, what, superseded = CATALOGUE[name]
+        data = _recorded(name)
+        command = command.replace("{base}", str(data.get("base", "<base>")))
+        lines.append(f"| [{name}]({name}) | `{command}` | {_commit(data)} | {what} | "
+                     f"{superseded or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    text, path = render(), RESULTS / "README.md"
+    if args.check:
+        if not path.exists() or path.read_text() != text:
+            print("bench/results/README.md is out of date: python -m bench.index",
+                  file=sys.stderr)
+            sys.exit(1)
+        return
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
