@@ -20,7 +20,7 @@ models: $(STAMP)
 	$(BIN)/python -c "from workers.local import WORKERS, model_path; [print(model_path(w.shape)) for w in WORKERS]"
 
 run: llama-server models
-	$(BIN)/python -m workers.local
+	$(BIN)/joulegate dev
 
 COMPOSE_SCHEMA_WHEEL := .cache/schema/docker_compose-1.29.2-py2.py3-none-any.whl
 

@@ -179,7 +179,7 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     import tempfile
     from urllib.parse import quote
 
-    from app.processes import Processes, ServeConfig, listening_socket
+    from app.processes import ServeConfig, listening_socket, serve_processes
     from app.tenancy.database import migrate
 
     migrate(settings.database())  # once, before the processes open the database
@@ -202,8 +202,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     env.setdefault("PROMETHEUS_MULTIPROC_DIR", os.environ.get(
         "PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="joulegate-metrics-"))
     os.environ.update(env)
-    return Processes(ServeConfig("app.factory:app_from_env", host, port, settings.log_level),
-                     sockets).run()
+    return serve_processes(
+        ServeConfig("app.factory:app_from_env", host, port, settings.log_level), sockets)
 
 
 def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1",

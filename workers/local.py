@@ -1,11 +1,9 @@
-"""Start and stop local llama.cpp workers (and the gateway) for `make run` and tests.
-
-    python -m workers.local            # two workers + gateway on :8000, Ctrl-C stops all
-
-Workers: `small` (tiny-small.gguf on :8101) and `large` (tiny-large.gguf on
-:8102), CPU llama-server built by build_llama_server.sh. A process that exits
-is restarted with backoff (the gateway keeps serving the other tier
-meanwhile). All processes are stopped on Ctrl-C / SIGTERM, workers last.
+"""Local llama.cpp workers for tests and benchmarks: the llama-server binary
+(built once by build_llama_server.sh), the test models, a worker's command
+line, starting one and waiting for it. `make run` (`joulegate dev`,
+app/tools/dev.py) starts the workers models.yaml names under the gateway's
+process supervisor; the specs here are the tests' (`small`: tiny-small on
+:8101, `large`: tiny-large on :8102).
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -103,85 +100,3 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             p.kill()
-
-
-@dataclass
-class Supervised:
-    """A child process that is restarted when it exits, with backoff: 1 s, doubling
-    up to 30 s, back to 1 s once it has run for a minute."""
-
-    name: str
-    cmd: list[str]
-    log_path: Path | None
-    env: dict[str, str] | None = None
-    proc: subprocess.Popen[bytes] | None = None
-    backoff_s: float = 1.0
-    started_at: float = 0.0
-    restart_at: float | None = None
-    restarts: int = 0
-
-    def start(self) -> None:
-        self.proc = spawn(self.cmd, self.log_path, self.env)
-        self.started_at = time.monotonic()
-        self.restart_at = None
-
-    def tend(self, now: float) -> None:
-        """Restart the process if it exited and its backoff has passed."""
-        if self.proc is None:
-            return
-        if self.restart_at is None:
-            code = self.proc.poll()
-            if code is None:
-                if now - self.started_at > 60:
-                    self.backoff_s = 1.0
-                return
-            self.restart_at = now + self.backoff_s
-            where = f" (log: {self.log_path})" if self.log_path else ""
-            print(f"{self.name} exited with code {code}; restarting in {self.backoff_s:g} s"
-                  f"{where}", file=sys.stderr, flush=True)
-            self.backoff_s = min(30.0, self.backoff_s * 2)
-        elif now >= self.restart_at:
-            self.restarts += 1
-            self.start()
-            print(f"{self.name} restarted (restart {self.restarts})", file=sys.stderr,
-                  flush=True)
-
-
-def main() -> None:
-    binary = llama_server()
-    log_dir = ROOT / ".cache" / "logs"
-    children: list[Supervised] = []
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        for spec in WORKERS:
-            child = Supervised(f"worker {spec.name}", worker_command(spec, binary),
-                               log_dir / f"worker-{spec.name}.log")
-            child.start()
-            children.append(child)
-            assert child.proc is not None
-            wait_healthy(f"http://127.0.0.1:{spec.port}/health", 120, child.proc)
-            print(f"worker {spec.name}: http://127.0.0.1:{spec.port} ({spec.shape})", flush=True)
-        env = dict(os.environ, JOULEGATE_MODELS_FILE=str(ROOT / "models.yaml"))
-        gateway = Supervised("gateway", [sys.executable, "-m", "app.cli", "serve"], None, env)
-        gateway.start()
-        children.insert(0, gateway)
-        print("gateway: http://127.0.0.1:8000/v1  (Ctrl-C stops everything; a process "
-              "that exits is restarted)", flush=True)
-        while not stopping:
-            for child in children:
-                child.tend(time.monotonic())
-            time.sleep(0.2)
-    finally:
-        print("stopping gateway and workers", flush=True)
-        stop([c.proc for c in children if c.proc is not None])
-
-
-if __name__ == "__main__":
-    main()

@@ -19,6 +19,9 @@ CatalogOf = Callable[[argparse.Namespace, Settings], Catalog | None]
 
 def add_tool_commands(sub: Any, catalog_of: CatalogOf) -> None:
     """The tools' subcommands, on the CLI's subparsers."""
+    dev = sub.add_parser("dev", help="the gateway with local llama.cpp workers (make run)")
+    dev.add_argument("--models", help="models.yaml path (default JOULEGATE_MODELS_FILE)")
+    dev.set_defaults(func=lambda args: _dev(args, catalog_of))
     cal = sub.add_parser("calibrate", help="measure each backend's operating curve")
     cal.add_argument("--models")
     cal.add_argument("--out", default="curves")
@@ -134,3 +137,13 @@ def _eval(args: argparse.Namespace) -> int:
     write(result, Path(args.out))
     print(f"{len(items)} items -> {args.out} and {Path(args.out).with_suffix('.yaml')}")
     return 0
+
+
+def _dev(args: argparse.Namespace, catalog_of: CatalogOf) -> int:
+    from app.tools.dev import run
+
+    settings = Settings()
+    catalog = catalog_of(args, settings)
+    if catalog is None:
+        return 2
+    return run(Path(args.models or settings.models_file).resolve(), catalog, settings)
