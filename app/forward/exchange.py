@@ -26,7 +26,7 @@ from typing import Any
 from app import jsonio
 from app.forward import sse
 from app.forward.plan import Forward
-from app.forward.usage import chunk_text, loop_chunk, plus_prior, usage_tokens
+from app.forward.usage import chunk_text, loop_chunk, mark_whole, plus_prior, usage_tokens
 from app.forward.watch import shielded
 from app.metering.meter import Meter
 from app.tenancy.spend import UsageRow
@@ -180,6 +180,20 @@ class Exchange:
             self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)
             self._last = obj
         return (self._renamed(event, obj) if relay else event), obj, text
+
+    def failed(self, status: str) -> None:
+        """How the request ended, when it did not end well (the metrics' status
+        label; the replica's breaker counts the faults among them)."""
+        self.status = status
+
+    def answered_whole(self, answer: dict[str, Any], prompt_estimate: int) -> tuple[int, int]:
+        """A worker's whole (non-streamed) JSON answer: its usage is the
+        exchange's, its tokens marked on the timeline; (prompt, completion)."""
+        usage = answer.get("usage")
+        self.usage_event = {"usage": usage} if isinstance(usage, dict) else None
+        tokens = usage_tokens(usage, prompt_estimate, 0)
+        mark_whole(self.timeline, answer, *tokens)
+        return tokens
 
     def renamed(self, obj: dict[str, Any]) -> dict[str, Any]:
         """`obj` with the configured model name (workers report file paths)."""

@@ -93,7 +93,7 @@ class Proxy:
         status = ex.response.status
         raw = b""
         async with ex:
-            ex.status = "upstream_status"
+            ex.failed("upstream_status")
             try:
                 async for chunk in ex.response.chunks():
                     raw += chunk
@@ -110,7 +110,7 @@ class Proxy:
                 async for event, _ in ex.events():
                     yield event
             except UpstreamError as exc:
-                ex.status = f"upstream_{exc.kind}"
+                ex.failed(f"upstream_{exc.kind}")
                 yield from_upstream(ex.fw.decision.backend, exc).sse_event()
         if ex.fw.client_wants_usage:
             final = ex.usage_event or {**ex.last_chunk(), "choices": []}
@@ -131,7 +131,7 @@ class Proxy:
                         asm.add(obj)
                         seen = True
                 if not seen and ex.usage_event is None:
-                    ex.status = "upstream_invalid"
+                    ex.failed("upstream_invalid")
                     raise UpstreamError("broken", "the worker's answer held no events")
         except UpstreamError as exc:
             raise from_upstream(ex.fw.decision.backend, exc) from None

@@ -17,7 +17,7 @@ from app.forward.answer import Answer
 from app.forward.plan import Forward
 from app.forward.proxy import Proxy, response_headers
 from app.forward.thinking import close_span, continuation_body, vllm_think_body
-from app.forward.usage import Prior, mark_whole, message_thinking, usage_tokens
+from app.forward.usage import Prior, message_thinking
 from app.upstream.client import UpstreamError
 
 
@@ -35,12 +35,9 @@ async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Answer:
             async with ex:
                 answer = _json_object(await ex.response.read())
                 if answer is None:
-                    ex.status = "upstream_invalid"
+                    ex.failed("upstream_invalid")
                     raise upstream_failed(fw.decision.backend, "response is not a JSON object")
-                usage = answer.get("usage")
-                ex.usage_event = {"usage": usage} if isinstance(usage, dict) else None
-                prior_tokens = usage_tokens(usage, fw.prompt_tokens_estimate, 0)
-                mark_whole(ex.timeline, answer, *prior_tokens)
+                prior_tokens = ex.answered_whole(answer, fw.prompt_tokens_estimate)
         except UpstreamError as exc:
             raise from_upstream(fw.decision.backend, exc) from None
         figure = ex.figure
