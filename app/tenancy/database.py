@@ -58,6 +58,9 @@ USAGE = Table(
     Column("latency_s", Float),
     Index("usage_key_time", "key_id", "time"))
 TABLES = {t.name: t for t in (API_KEYS, USAGE)}
+# Bound values in one statement: SQLite's lowest default limit (builds before
+# 3.32); PostgreSQL takes 65,535.
+MAX_VARIABLES = 999
 T = TypeVar("T")
 
 
@@ -147,13 +150,34 @@ class Database:
 
     def insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]
                ) -> None:
-        """All rows in one transaction (all are written or none). SQLAlchemy's
-        "insertmanyvalues" sends them as INSERTs of many rows each (one cached
-        statement): a row each would make the driver give up and take back the
-        GIL per row, which the event loop's thread waits for each time."""
-        batch = [dict(zip(columns, row, strict=True)) for row in rows]
-        if batch:
-            self._run(lambda conn: conn.execute(TABLES[table].insert(), batch), self._engine)
+        """All rows in one transaction (all are written or none), as INSERTs of
+        many rows each, sent as the driver's own SQL through SQLAlchemy's
+        connection. Not SQLAlchemy's executemany: on SQLite that is the
+        driver's executemany, a row each, and the sqlite3 module gives up and
+        takes back the GIL per row, which the event loop's thread waits for
+        each time (`auto` at c=50: 0.60 -> 0.75 ms of CPU per request,
+        docs/performance-decisions.md); nor a multi-row `insert().values()`,
+        whose statement of thousands of bound parameters is built anew each
+        time (~30 ms per 200 rows)."""
+        into = TABLES[table]
+        unknown = set(columns) - set(into.c.keys())
+        if unknown:
+            raise ValueError(f"{table} has no columns {sorted(unknown)}")
+        batch = [tuple(row) for row in rows]
+        if not batch:
+            return
+        mark = "?" if self._engine.dialect.paramstyle == "qmark" else "%s"
+        one = "(" + ", ".join([mark] * len(columns)) + ")"
+        head = f"INSERT INTO {into.name} ({', '.join(columns)}) VALUES "
+        per = max(1, MAX_VARIABLES // len(columns))
+
+        def work(conn: Connection) -> None:
+            for i in range(0, len(batch), per):
+                chunk = batch[i:i + per]
+                conn.exec_driver_sql(head + ", ".join([one] * len(chunk)),
+                                     tuple(v for row in chunk for v in row))
+
+        self._run(work, self._engine)
 
     def _run(self, work: Callable[[Connection], T], engine: Engine) -> T:
         """`work` in a transaction of `engine`'s; a connection the server dropped (a restart)
