@@ -26,6 +26,15 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                      "agent calls sent in batches, two processes", ""),
     "ab-agent-results-w2-c50.json": (AB + " --workers 2 --connections 50",
                                      "one `results` call per device and poll", ""),
+    "ab-agent-calls-layout.json": ("python -m bench.agent_calls --rounds 1, in each tree in "
+                                   "turns", "the agent after issue 23's layout, against "
+                                   "d37bf4d", ""),
+    "ab-layout-auto-c50.json": (AB + " --model auto --connections 50 --rounds 3",
+                                "issue 23's layout against d37bf4d, auto", ""),
+    "ab-layout-c1.json": (AB + " --rounds 4", "issue 23's layout against d37bf4d, forced tier",
+                          ""),
+    "ab-layout-c50.json": (AB + " --connections 50 --rounds 3",
+                           "issue 23's layout against d37bf4d, forced tier at c=50", ""),
     "ab-agent-unix-socket-w2-c50.json": (AB + " --workers 2 --connections 50",
                                          "the agent on a Unix socket under serve --workers", ""),
     "ab-direct-c50.json": (AB + " --connections 50", "the direct ASGI path for generation", ""),
