@@ -185,7 +185,22 @@ def load_catalog(path: Path) -> Catalog:
         if isinstance(data.get("quality"), str):
             # `quality: other.yaml` shares one table among several deployments.
             data["quality"] = _quality_from(path.resolve().parent / data["quality"], path)
-    return parse_catalog(data, str(path))
+    catalog = parse_catalog(data, str(path))
+    _files_exist(catalog, path)
+    return catalog
+
+
+def _files_exist(catalog: Catalog, origin: Path) -> None:
+    """Every file the catalog names is there (relative paths are read from
+    the models file's folder)."""
+    named = [(f"backends.{i}.curves", b.curves) for i, b in enumerate(catalog.backends)]
+    named += [("routing.classifier", catalog.routing.classifier),
+              ("routing.complexity", catalog.routing.complexity)]
+    missing = [f"{origin}: {field}: no file {catalog.path(value)} (a relative path is read "
+               f"from the models file's folder, {catalog.base_dir})"
+               for field, value in named if value and not catalog.path(value).is_file()]
+    if missing:
+        raise CatalogError("\n".join(missing))
 
 
 def _quality_from(source: Path, origin: Path) -> object:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from app.catalog import Catalog, CatalogError, load_catalog
 from app.settings import Settings
 from app.tools.commands import add_tool_commands
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--models", help="models.yaml path (default JOULEGATE_MODELS_FILE)")
     serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--port", type=_port)
     serve.add_argument("--workers", type=int, default=1,
                        help="gateway processes (>1: energy metered by an agent)")
     serve.add_argument("--allow-unauthenticated", action="store_true",
@@ -286,13 +288,31 @@ def main(argv: list[str] | None = None) -> int:
     agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
     agent.add_argument("--models", help="models.yaml path (its devices are metered)")
     agent.add_argument("--host", default="0.0.0.0")
-    agent.add_argument("--port", type=int, default=9400)
+    agent.add_argument("--port", type=_port, default=9400)
     agent.add_argument("--host-name", help="meter only devices whose `host` is this")
     agent.set_defaults(func=_agent)
     add_tool_commands(sub, _catalog)
     args = ap.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except ValidationError as exc:  # the settings (JOULEGATE_*): one line per field
+        for err in exc.errors():
+            field = "_".join(str(p) for p in err["loc"]).upper()
+            print(f"joulegate: JOULEGATE_{field}: {err['msg']} (got {err.get('input')!r})",
+                  file=sys.stderr)
+        return 2
     return result
+
+
+def _port(text: str) -> int:
+    """A TCP port for argparse: 1-65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return port
 
 
 if __name__ == "__main__":

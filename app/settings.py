@@ -18,7 +18,7 @@ class Settings(BaseSettings):
 
     models_file: Path = Path("models.yaml")
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(default=8000, ge=1, le=65535)
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     # A worker's first byte (its queue wait and prefill), then the longest
     # silence between two chunks of an answer.

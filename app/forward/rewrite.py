@@ -14,19 +14,33 @@ COT_INSTRUCTION = (
 DIRECT_INSTRUCTION = "Answer directly and concisely, without showing your reasoning."
 
 
+def default_cap(d: Decision, default_max_tokens: int | None, thinks: bool) -> int | None:
+    """max_tokens for a request that named none: the decision's cap for `auto`
+    (no more than the models file's `defaults.max_tokens` unless the model
+    thinks, whose budget the decision's cap already holds), the default for a
+    model asked for by name."""
+    if not d.routed:
+        return default_max_tokens
+    if default_max_tokens is None or thinks:
+        return d.max_tokens
+    return min(d.max_tokens, default_max_tokens)
+
+
 def rewrite_chat(
     body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
-    thinking_mode: str = "native",
+    thinking_mode: str = "native", default_max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """A copy of `body` for the worker; unknown fields are kept as they are.
     The copy is shallow: what it changes is replaced, never changed in place
     (a long conversation is not copied message by message)."""
     out = dict(body)
     out["model"] = upstream_model
+    if "max_tokens" not in out and "max_completion_tokens" not in out:
+        cap = default_cap(d, default_max_tokens, reasoning and d.thinking_budget is not None)
+        if cap:
+            out["max_tokens"] = cap
     if not d.routed:
         return out
-    if "max_tokens" not in out and "max_completion_tokens" not in out:
-        out["max_tokens"] = d.max_tokens
     if reasoning:
         # Reasoning models think natively; the budget caps the think span.
         if thinking_mode == "native" and d.thinking_budget is not None:

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from app.catalog import Backend
 from app.errors import bad_request
 from app.forward.plan import Ask, Needs
-from app.forward.rewrite import rewrite_chat
+from app.forward.rewrite import default_cap, rewrite_chat
 from app.forward.splice import answer
 from app.http.auth import authorize
 from app.http.body import json_body, policy, quality_target
@@ -37,8 +37,10 @@ async def chat(request: Request) -> Response:
     with gw.admitted():
         body, req, q, needs = await _chat_query(request, gw)
 
+        default_max = gw.planner.catalog.defaults.max_tokens
+
         def body_for(d: Decision, b: Backend) -> dict[str, Any]:
-            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode)
+            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode, default_max)
 
         fw = gw.planner.plan(Ask(
             req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
@@ -59,10 +61,13 @@ async def completions(request: Request) -> Response:
         q = Query(text, tokens or estimate_tokens(text), req.max_tokens, chosen, max_j,
                   quality_target=quality_target(request))
 
+        default_max = gw.planner.catalog.defaults.max_tokens
+
         def body_for(d: Decision, b: Backend) -> dict[str, Any]:
             out = dict(body, model=b.model)
-            if d.routed and "max_tokens" not in body:
-                out["max_tokens"] = d.max_tokens
+            cap = default_cap(d, default_max, thinks=False)
+            if "max_tokens" not in body and cap:
+                out["max_tokens"] = cap
             return out
 
         fw = gw.planner.plan(Ask(

@@ -20,6 +20,7 @@ from app.jsonio import loads_exact
 
 MAX_JSON_DEPTH = 32  # OpenAI bodies nest ~6 deep (tools' JSON schemas more)
 MAX_TOKENS_LIMIT = 2**31 - 1  # what workers' 32-bit token counts hold
+MAX_RATE = 2**53  # requests or tokens per minute: beyond any use, within every column type
 _UNION_TAG = re.compile(r"^(str|int|float|bool|none|(list|dict)\[.*\]|[A-Z]\w*)$")
 TEXT_PART = "text"
 
@@ -105,6 +106,9 @@ def parse_json(raw: bytes, limit_bytes: int) -> dict[str, Any]:
         raise bad_request(f"Request body is not valid JSON: {exc}", None, "invalid_json") from None
     except RecursionError:
         raise too_deep() from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+        raise bad_request(f"Request body holds a number too long to read: {exc}", None,
+                          "invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request("Request body must be a JSON object", None, "invalid_json")
     # Nesting deeper than the limit needs more opening brackets than it: most
@@ -156,9 +160,9 @@ class NewKey(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    rpm: int | None = Field(default=None, gt=0)
-    tpm: int | None = Field(default=None, gt=0)
-    joule_budget: float | None = Field(default=None, gt=0)
+    rpm: int | None = Field(default=None, gt=0, le=MAX_RATE)
+    tpm: int | None = Field(default=None, gt=0, le=MAX_RATE)
+    joule_budget: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     budget_period: Literal["day", "week", "month"] = "month"
     models: list[str] | None = None
 

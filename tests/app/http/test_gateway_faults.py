@@ -71,6 +71,14 @@ def test_deep_json_is_400_not_500(gw: RunningGateway) -> None:
         assert_envelope(r, 400, "json_too_deep")
 
 
+def test_a_number_too_long_to_read_is_400(gw: RunningGateway) -> None:
+    raw = b'{"model":"auto","messages":[{"role":"user","content":"hi"}],"seed":' \
+        + b"9" * 5000 + b"}"
+    r = httpx.post(gw.v1 + "/chat/completions", content=raw,
+                   headers={"content-type": "application/json"})
+    assert_envelope(r, 400, "invalid_json")
+
+
 def test_only_json_bodies(gw: RunningGateway) -> None:
     raw = json.dumps({"model": "auto", "messages": MSG}).encode()
     for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
@@ -292,3 +300,23 @@ def test_the_traffic_routes_take_the_direct_path_with_the_same_errors(
     monkeypatch.setitem(app.direct, "/v1/chat/completions", broken)
     err = assert_envelope(chat(gw, {"model": "small", "messages": MSG}), 500)
     assert err["type"] == "server_error" and "RuntimeError" in str(err["message"])
+
+
+def test_a_request_without_max_tokens_gets_the_default_cap(fakes: FakeWorkers) -> None:
+    """defaults.max_tokens caps every request that names none: a forced tier
+    gets it, `auto` no more than it (a worker would run to its context)."""
+    sent: list[dict[str, object]] = []
+
+    async def record(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, content=sse_answer(3),
+                              headers={"content-type": "text/event-stream"})
+
+    fakes.behaviour[SMALL] = fakes.behaviour[LARGE] = record
+    with run_gateway(fake_catalog(max_tokens=40), fakes.seams(),
+                     health_interval_seconds=60) as g:
+        for model in ("small", "large", "auto"):
+            assert chat(g, {"model": model, "messages": MSG}).status_code == 200
+        assert chat(g, {"model": "small", "messages": MSG, "max_tokens": 77}).status_code == 200
+    assert [b["max_tokens"] for b in sent[:3]] == [40, 40, 40]
+    assert sent[3]["max_tokens"] == 77
