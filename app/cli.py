@@ -125,7 +125,7 @@ def _keys(args: argparse.Namespace) -> int:
             print(json.dumps({**key.public(), "key": secret}, indent=2))
             print("The key is shown once; only its hash is stored.", file=sys.stderr)
         elif args.action == "list":
-            print(json.dumps([k.public() for k in store.all()], indent=2))
+            print(json.dumps([_readable(k.public()) for k in store.all()], indent=2))
         elif args.action == "revoke":
             if not store.revoke(args.name):
                 print(f"joulegate: no active key named {args.name!r}", file=sys.stderr)
@@ -147,6 +147,18 @@ def _keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def _readable(public: dict[str, object]) -> dict[str, object]:
+    """A key's public fields with its times in UTC ISO 8601 (not epoch seconds)."""
+    import datetime as dt
+
+    out = dict(public)
+    for name in ("created", "revoked"):
+        t = out.get(name)
+        if isinstance(t, int | float):
+            out[name] = dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return out
+
+
 def _usage(args: argparse.Namespace) -> int:
     import json
     import time
@@ -157,7 +169,17 @@ def _usage(args: argparse.Namespace) -> int:
     if seconds is None:
         print("joulegate: --since takes e.g. 24h or 7d", file=sys.stderr)
         return 2
-    ledger = SpendLedger(Settings().database())
+    settings = Settings()
+    if args.key:
+        from app.tenancy.keys import KeyStore
+
+        store = KeyStore(settings.database())
+        known = {k.name for k in store.all()}
+        store.close()
+        if args.key not in known:
+            print(f"joulegate: no key named {args.key!r} (joulegate keys list)", file=sys.stderr)
+            return 2
+    ledger = SpendLedger(settings.database())
     try:
         print(json.dumps(ledger.totals(None, time.time() - seconds, args.key or None),
                          indent=2))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -108,4 +109,17 @@ def test_dashboards_are_generated_from_the_builder(tmp_path: Path) -> None:
     for name in ("energy", "gateway"):
         d = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / f"{name}.json").read_text())
         assert d["uid"] == f"joulegate-{name}"
+        assert _overlaps(d["panels"]) == [], f"{name}: panels overlap"
         assert {v["name"] for v in d["templating"]["list"]} >= {"tier", "backend"}
+
+
+def _overlaps(panels: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Pairs of panels whose grid rectangles overlap, or that leave the 24-wide grid."""
+    boxes = [(p["title"], p["gridPos"]) for p in panels]
+    out = [(t, "the grid") for t, g in boxes if g["x"] < 0 or g["x"] + g["w"] > 24]
+    for i, (a, ga) in enumerate(boxes):
+        for b, gb in boxes[i + 1:]:
+            if ga["x"] < gb["x"] + gb["w"] and gb["x"] < ga["x"] + ga["w"] \
+                    and ga["y"] < gb["y"] + gb["h"] and gb["y"] < ga["y"] + ga["h"]:
+                out.append((a, b))
+    return out

@@ -205,7 +205,8 @@ class Upstream:
                 raise
             # A kept-alive connection the peer had closed: nothing was answered,
             # and it says nothing about the peer's health.
-            log.info("%s: connection dropped before the response (%s); asking again on a "
+            # A worker closing an idle keep-alive connection: normal traffic.
+            log.debug("%s: connection dropped before the response (%s); asking again on a "
                      "new connection", url, exc.detail)
             return await self._transport.send(method, url, payload, True, timeouts)
 

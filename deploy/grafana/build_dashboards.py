@@ -42,12 +42,16 @@ def panel(title: str, exprs: list[tuple[str, str]], unit: str, kind: str = "time
 
 
 def layout(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Panels left to right in rows of 24 units: stats 8 wide, graphs 12; a
+    panel that does not fit starts the next row, below the row's tallest."""
+    x = y = row_h = 0
     for i, p in enumerate(panels):
-        w = 8 if p["type"] == "stat" else 12
-        per_row = 24 // w
+        w, h = (8, 5) if p["type"] == "stat" else (12, 8)
+        if x + w > 24:
+            x, y, row_h = 0, y + row_h, 0
         p["id"] = i + 1
-        p["gridPos"] = {"h": 5 if p["type"] == "stat" else 8, "w": w,
-                        "x": (i % per_row) * w, "y": (i // per_row) * 8}
+        p["gridPos"] = {"h": h, "w": w, "x": x, "y": y}
+        x, row_h = x + w, max(row_h, h)
     return panels
 
 

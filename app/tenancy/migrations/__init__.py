@@ -22,10 +22,10 @@ def sqlalchemy_url(url: str) -> str:
 def upgrade(url: str, revision: str = "head") -> None:
     import logging
 
+    # Before alembic is imported: its plugins log a line each as they load.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from alembic import command
     from alembic.config import Config
-
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per plugin otherwise
 
     config = Config()
     config.set_main_option("script_location", str(Path(__file__).parent))
