@@ -49,7 +49,8 @@ def _serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     host, port = args.host or settings.host, args.port or settings.port
-    if not _may_serve(settings, host, args.allow_unauthenticated):
+    if not _may_serve(settings, host, args.allow_unauthenticated) \
+            or not _sources_work(catalog, settings):
         return 2
     if args.workers <= 1:
         uvicorn.run(create_app(settings, catalog), host=host, port=port,
@@ -57,6 +58,27 @@ def _serve(args: argparse.Namespace) -> int:
                     proxy_headers=False)  # no X-Forwarded-* rewriting: no client address is read
         return 0
     return _serve_processes(args.workers, settings, catalog, host, port)
+
+
+def _sources_work(catalog: Catalog, settings: Settings) -> bool:
+    """Whether every device metered in this process has a working energy
+    source (say which does not, in one line each)."""
+    from app.factory import device_spec
+    from telemetry.devices import make_reader
+    from telemetry.reader import ReaderError
+
+    ok = True
+    for i, d in enumerate(catalog.devices):
+        if d.agent or settings.agent_url:
+            continue  # metered by its agent, on its own host
+        try:
+            make_reader(device_spec(d)).close()
+        except ReaderError as exc:
+            print(f"joulegate: {settings.models_file}: devices.{i} ({d.name}): source "
+                  f"{d.source}: {exc} (on a host without it: source: auto, rapl or estimate)",
+                  file=sys.stderr)
+            ok = False
+    return ok
 
 
 def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bool:

@@ -1,0 +1,62 @@
+"""Start-up and configuration errors are one line naming the field and the
+fix, with exit status 2 (which the supervisor never retries)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT
+        ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], env={**base, **(env or {})},
+                          cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def one_line(out: subprocess.CompletedProcess[str]) -> str:
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in out.stderr and lines, out.stderr
+    return lines[-1]
+
+
+def test_a_bad_setting_names_the_variable(tmp_path: Path) -> None:
+    line = one_line(cli("serve", env={"JOULEGATE_PORT": "abc",
+                                       "JOULEGATE_STATE_DIR": str(tmp_path)}))
+    assert line.startswith("joulegate: JOULEGATE_PORT:") and "'abc'" in line
+    line = one_line(cli("serve", env={"JOULEGATE_PORT": "99999",
+                                       "JOULEGATE_STATE_DIR": str(tmp_path)}))
+    assert "JOULEGATE_PORT" in line
+    assert "not a port" in one_line(cli("serve", "--port", "99999"))
+
+
+def test_a_copied_models_file_says_which_file_is_missing(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "models.yaml", tmp_path / "models.yaml")
+    out = cli("serve", "--models", str(tmp_path / "models.yaml"),
+              env={"JOULEGATE_STATE_DIR": str(tmp_path)})
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "backends.0.curves: no file" in out.stderr
+    assert "read from the models file's folder" in out.stderr
+
+
+@pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="this host has a GPU")
+def test_nvml_on_a_host_without_a_gpu_is_one_line(tmp_path: Path) -> None:
+    text = (ROOT / "models.yaml").read_text().replace("source: auto ", "source: nvml ")
+    text = text.replace("curves: curves/", f"curves: {ROOT}/curves/")
+    (tmp_path / "models.yaml").write_text(text)
+    line = one_line(cli("serve", "--models", str(tmp_path / "models.yaml"),
+                        env={"JOULEGATE_STATE_DIR": str(tmp_path)}))
+    assert "devices.0 (local-cpu): source nvml" in line and "source: auto" in line
+
+
+def test_usage_for_an_unknown_key_says_so(tmp_path: Path) -> None:
+    line = one_line(cli("usage", "--key", "nobody", env={"JOULEGATE_STATE_DIR": str(tmp_path)}))
+    assert "no key named 'nobody'" in line
