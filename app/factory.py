@@ -17,6 +17,7 @@ from app.forward.planner import Planner, RouterLike
 from app.forward.proxy import Proxy
 from app.forward.traffic import Traffic
 from app.http.asgi import GatewayApp
+from app.http.docs import install_docs
 from app.http.gateway import Gateway
 from app.http.handlers import install_handlers
 from app.http.openapi import install_openapi
@@ -193,8 +194,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             spend.close()  # writes the rows still queued
             keys.close()
 
-    app = GatewayApp(title="joulegate", lifespan=lifespan)
+    app = GatewayApp(title="joulegate", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_handlers(app)
+    install_docs(app)
     routes = build_routes()
     app.include_router(routes)
     app.route_directly(routes)

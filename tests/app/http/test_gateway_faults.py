@@ -320,3 +320,12 @@ def test_a_request_without_max_tokens_gets_the_default_cap(fakes: FakeWorkers) -
         assert chat(g, {"model": "small", "messages": MSG, "max_tokens": 77}).status_code == 200
     assert [b["max_tokens"] for b in sent[:3]] == [40, 40, 40]
     assert sent[3]["max_tokens"] == 77
+
+
+def test_the_docs_work_offline(gw: RunningGateway) -> None:
+    page = httpx.get(gw.url + "/docs")
+    assert page.status_code == 200 and "swagger-ui-bundle.js" in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # no CDN
+    assert httpx.get(gw.url + "/docs/assets/swagger-ui-bundle.js").status_code == 200
+    root = httpx.get(gw.url + "/")
+    assert root.status_code == 307 and root.headers["location"] == "/docs"
