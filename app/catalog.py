@@ -17,6 +17,9 @@ BackendKind = Literal["llamacpp", "vllm"]
 SourceName = Literal["auto", "nvml", "rapl", "estimate"]
 
 
+DEFAULT_CONTEXT_TOKENS = 4096  # a backend whose worker did not say
+
+
 class CatalogError(Exception):
     """models.yaml is missing, unreadable or invalid."""
 
@@ -68,10 +71,17 @@ class Backend(_Strict):
     # continue_final_message; vLLM). Default: native on llamacpp, splice on vllm.
     thinking: Literal["native", "splice"] | None = None
     curves: str | None = None
-    context_tokens: int = Field(default=4096, gt=0)
+    # A request's room (prompt and answer), per slot; unset: read from the
+    # worker at start-up (llama-server's /props, vLLM's max_model_len).
+    context_tokens: int | None = Field(default=None, gt=0)
     vision: bool = False  # accepts image_url content parts
     # Requests waiting for a replica slot; beyond it: 429 with Retry-After.
     max_queue: int = Field(default=256, ge=0)
+
+    @property
+    def context_limit(self) -> int:
+        """The context a request may fill: configured, learned, or DEFAULT_CONTEXT_TOKENS."""
+        return self.context_tokens or DEFAULT_CONTEXT_TOKENS
 
     @property
     def thinking_mode(self) -> str:
@@ -148,6 +158,13 @@ class Catalog(_Strict):
         for b in self.backends:
             out.setdefault(b.tier, []).append(b)
         return out
+
+    def with_backends(self, backends: list[Backend]) -> Catalog:
+        """A copy with these backends (and lookups built anew for them)."""
+        copy = self.model_copy(update={"backends": backends})
+        for cached in ("_by_name", "_by_tier"):
+            copy.__dict__.pop(cached, None)
+        return copy
 
     def device(self, name: str) -> Device:
         return next(d for d in self.devices if d.name == name)

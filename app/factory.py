@@ -39,6 +39,7 @@ from app.upstream.client import (
     Upstream,
     httpx_transport,
 )
+from app.upstream.contexts import learned_contexts
 from app.upstream.http1 import Http1Transport
 from app.upstream.pool import HealthChecker, ReplicaPool
 from router.placeholder import PlaceholderRouter
@@ -145,7 +146,7 @@ def _long_lived() -> Iterator[None]:
 def create_app(settings: Settings, catalog: Catalog | None = None,
                seams: Seams | None = None) -> GatewayApp:
     seams = seams or Seams()
-    catalog = catalog or load_catalog(settings.models_file)
+    configured: Catalog = catalog or load_catalog(settings.models_file)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
@@ -154,6 +155,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         upstream = Upstream(transport, Timeouts(
             settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
             settings.between_chunks_timeout_seconds))
+        catalog = await learned_contexts(configured, upstream)
         pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
         meter, samplers = _meter(catalog, settings, seams, upstream, metrics)
         lengths_file = catalog.routing.lengths_file
@@ -200,9 +202,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
     routes = build_routes()
     app.include_router(routes)
     app.route_directly(routes)
-    names = ["auto", *catalog.tiers, *(b.name for b in catalog.backends)]
+    names = ["auto", *configured.tiers, *(b.name for b in configured.backends)]
     install_openapi(app, [ChatRequest, CompletionRequest], names,
-                    max(b.context_tokens for b in catalog.backends))
+                    max(b.context_limit for b in configured.backends))
     return app
 
 

@@ -27,9 +27,9 @@ class Needs:
         """The 400 for sending this request to `b`, or None when `b` can take it."""
         if self.vision and not b.vision:
             return bad_request(f"model '{b.name}' does not accept image input", "messages")
-        if self.tokens is not None and self.tokens > b.context_tokens:
+        if self.tokens is not None and self.tokens > b.context_limit:
             return bad_request(f"max_tokens ({self.tokens}) exceeds the context of model "
-                               f"'{b.name}' ({b.context_tokens} tokens)", "max_tokens")
+                               f"'{b.name}' ({b.context_limit} tokens)", "max_tokens")
         return None
 
     def fitting(self, backends: list[Backend]) -> list[Backend]:

@@ -72,7 +72,9 @@ class FakeWorkers:
         return Seams(client=httpx.AsyncClient(transport=httpx.MockTransport(self.handle)))
 
     def posts_to(self, base: str) -> int:
-        return sum(1 for b, p in self.seen if b == base and p != "/health")
+        """Requests forwarded to `base` (not its health checks or the start-up
+        question for its context)."""
+        return sum(1 for b, p in self.seen if b == base and p not in ("/health", "/props"))
 
 
 def fake_catalog(**defaults: Any) -> Catalog:
