@@ -16,6 +16,7 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 COPY router ./router
 COPY telemetry ./telemetry
+COPY workers ./workers
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
  && python3 -m venv /opt/joulegate \
@@ -34,7 +35,6 @@ WORKDIR /srv/joulegate
 COPY --chown=joulegate:joulegate models.yaml ./
 COPY --chown=joulegate:joulegate curves ./curves
 COPY --chown=joulegate:joulegate deploy/models.*.yaml ./deploy/
-COPY --chown=joulegate:joulegate workers/__init__.py workers/make_models.py ./workers/
 ENV PATH=/opt/joulegate/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     JOULEGATE_HOST=0.0.0.0 \
