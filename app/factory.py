@@ -196,15 +196,21 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             spend.close()  # writes the rows still queued
             keys.close()
 
+    return _http_app(lifespan, configured)
+
+
+def _http_app(lifespan: Callable[[GatewayApp], contextlib.AbstractAsyncContextManager[None]],
+              catalog: Catalog) -> GatewayApp:
+    """The ASGI app: routes, error handlers, offline docs, the OpenAPI schema."""
     app = GatewayApp(title="joulegate", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_handlers(app)
     install_docs(app)
     routes = build_routes()
     app.include_router(routes)
     app.route_directly(routes)
-    names = ["auto", *configured.tiers, *(b.name for b in configured.backends)]
+    names = ["auto", *catalog.tiers, *(b.name for b in catalog.backends)]
     install_openapi(app, [ChatRequest, CompletionRequest], names,
-                    max(b.context_limit for b in configured.backends))
+                    max(b.context_limit for b in catalog.backends))
     return app
 
 

@@ -5,13 +5,14 @@ imports its tool when it runs, so `joulegate serve` loads none of them."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.artifacts import load_curve
-from app.catalog import Catalog
+from app.catalog import Catalog, CatalogError, load_catalog
 from app.settings import Settings
 
 CatalogOf = Callable[[argparse.Namespace, Settings], Catalog | None]
@@ -60,6 +61,7 @@ def add_tool_commands(sub: Any, catalog_of: CatalogOf) -> None:
     ev.add_argument("--gsm8k-n", type=int, default=50)
     ev.add_argument("--max-tokens", type=int, default=64)
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--api-key", help="the gateway's API key (default OPENAI_API_KEY)")
     ev.add_argument("--out", default="bench/results/eval.json")
     ev.set_defaults(func=_eval)
 
@@ -90,7 +92,16 @@ def _calibrate(args: argparse.Namespace, catalog_of: CatalogOf) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from app.tools.curves_plot import plot_curves
 
-    print(plot_curves([load_curve(Path(f)) for f in args.files], Path(args.out)))
+    try:
+        curves = [load_curve(Path(f)) for f in args.files]
+    except OSError as exc:
+        print(f"joulegate curves plot: cannot read {exc.filename}: {exc.strerror}",
+              file=sys.stderr)
+        return 2
+    except (ValueError, KeyError) as exc:
+        print(f"joulegate curves plot: not a curves file: {exc}", file=sys.stderr)
+        return 2
+    print(plot_curves(curves, Path(args.out)))
     return 0
 
 
@@ -126,15 +137,37 @@ def _eval(args: argparse.Namespace) -> int:
 
     rng = random.Random(args.seed)
     items = []
-    if args.mmlu:
-        items += load_mmlu(Path(args.mmlu), args.per_subject, rng)
-    if args.gsm8k:
-        items += load_gsm8k(Path(args.gsm8k), args.gsm8k_n, rng)
+    try:
+        if args.mmlu:
+            items += load_mmlu(Path(args.mmlu), args.per_subject, rng)
+        if args.gsm8k:
+            items += load_gsm8k(Path(args.gsm8k), args.gsm8k_n, rng)
+    except OSError as exc:
+        print(f"joulegate eval: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     if not items:
         print("joulegate eval: give --mmlu and/or --gsm8k", file=sys.stderr)
         return 2
-    result = evaluate(args.url.rstrip("/"), args.tiers.split(","), items, args.max_tokens)
-    write(result, Path(args.out))
+    import os
+
+    import httpx
+
+    key = args.api_key or os.environ.get("OPENAI_API_KEY")
+    try:
+        result = evaluate(args.url.rstrip("/"), args.tiers.split(","), items, args.max_tokens,
+                          api_key=key, progress=lambda line: print(line, file=sys.stderr))
+    except httpx.HTTPStatusError as exc:
+        hint = " (give --api-key or OPENAI_API_KEY)" if exc.response.status_code == 401 else ""
+        print(f"joulegate eval: {args.url} answered {exc.response.status_code}: "
+              f"{exc.response.text[:200]}{hint}", file=sys.stderr)
+        return 2
+    except httpx.HTTPError as exc:
+        print(f"joulegate eval: {args.url}: {exc}", file=sys.stderr)
+        return 2
+    shipped = None
+    with contextlib.suppress(CatalogError):  # no models file: the table holds what was measured
+        shipped = load_catalog(Path(Settings().models_file)).quality
+    write(result, Path(args.out), shipped)
     print(f"{len(items)} items -> {args.out} and {Path(args.out).with_suffix('.yaml')}")
     return 0
 

@@ -13,6 +13,7 @@ import csv
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,23 +82,46 @@ def _ask(client: httpx.Client, base: str, tier: str, strategy: str, item: Item,
 
 
 def evaluate(base_url: str, tiers: list[str], items: list[Item], max_tokens: int = 64,
-             strategies: tuple[str, ...] = ("direct", "cot")) -> dict[str, Any]:
+             strategies: tuple[str, ...] = ("direct", "cot"), api_key: str | None = None,
+             progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Every item asked of every tier and strategy (with `api_key` as the
+    Bearer token where the gateway wants one); `progress` is told each
+    tier:strategy's running count."""
     cells: dict[str, dict[str, list[bool]]] = {}
-    with httpx.Client(timeout=600) as client:
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(timeout=600, headers=headers) as client:
         for tier in tiers:
             for strategy in strategies:
                 act = f"{tier}:{strategy}"
-                for item in items:
+                for i, item in enumerate(items, 1):
                     ok = score(item, _ask(client, base_url, tier, strategy, item, max_tokens))
                     cells.setdefault(item.category, {}).setdefault(act, []).append(ok)
+                    if i % 10 == 0 or i == len(items):
+                        progress(f"{act}: {i}/{len(items)}")
     quality = {c: {a: round(sum(v) / len(v), 4) for a, v in row.items()}
                for c, row in cells.items()}
     counts = {c: {a: len(v) for a, v in row.items()} for c, row in cells.items()}
     return {"quality": quality, "counts": counts, "items": len(items)}
 
 
-def write(result: dict[str, Any], out: Path) -> None:
+def merged(measured: dict[str, dict[str, float]], shipped: dict[str, dict[str, float]]
+           ) -> dict[str, dict[str, float]]:
+    """A whole quality table: what was measured, and the shipped values for
+    every category and action that was not."""
+    out = {c: dict(row) for c, row in shipped.items()}
+    for category, row in measured.items():
+        out.setdefault(category, {}).update(row)
+    return out
+
+
+def write(result: dict[str, Any], out: Path,
+          shipped: dict[str, dict[str, float]] | None = None) -> None:
+    """The measurements (JSON) and a quality table for a models file (YAML:
+    measured cells over the `shipped` table, so that it is complete)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    out.with_suffix(".yaml").write_text(yaml.safe_dump({"quality": result["quality"]},
-                                                       sort_keys=True))
+    table = merged(result["quality"], shipped or {})
+    head = ("# joulegate eval: measured cells (see the JSON beside it for counts); the "
+            "others are the models file's\n")
+    out.with_suffix(".yaml").write_text(head + yaml.safe_dump({"quality": table},
+                                                              sort_keys=True))

@@ -39,5 +39,5 @@ def test_eval_writes_a_quality_table(gateway: RunningGateway, tmp_path: Path) ->
     assert result["counts"]["science"]["small:direct"] == 2
     assert result["counts"]["math"]["large:cot"] == 1
     table = yaml.safe_load(out.with_suffix(".yaml").read_text())["quality"]
-    assert set(table) == {"science", "math"}
+    assert {"science", "math", "chat"} <= set(table)  # measured over the shipped table
     assert all(0 <= v <= 1 for row in table.values() for v in row.values())

@@ -341,3 +341,21 @@ def test_no_request_waits_for_the_database(workers: Workers, tmp_path: Path, dat
         assert chat(gw.v1, later).status_code == 200
     store.close()
     assert on_loop == []
+
+
+def test_eval_sends_the_api_key(workers: Workers, tmp_path: Path, database: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    from app.cli import main
+
+    store = KeyStore(database)
+    _, secret = store.create("evaluator")
+    gsm = tmp_path / "gsm.jsonl"
+    gsm.write_text(json.dumps({"question": "2+2?", "answer": "two and two #### 4"}) + "\n")
+    args = ["eval", "--gsm8k", str(gsm), "--max-tokens", "2", "--out", str(tmp_path / "e.json")]
+    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path,
+                     database_url=database) as gw:
+        assert main([*args, "--url", gw.v1]) == 2
+        assert "answered 401" in capsys.readouterr().err
+        assert main([*args, "--url", gw.v1, "--api-key", secret]) == 0
+        assert "large:cot: 1/1" in capsys.readouterr().err  # progress
+    store.close()
