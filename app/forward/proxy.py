@@ -33,6 +33,11 @@ log = logging.getLogger("joulegate.proxy")
 MAX_ERROR_BODY_BYTES = 64 * 1024
 
 
+class NoAnswer(UpstreamError):
+    """A worker answered 200 but with no events (garbage, or nothing): counted
+    by its replica's breaker, and failed over where the plan allows."""
+
+
 class Proxy:
     def __init__(self, parts: Parts, planner: Planner) -> None:
         self.parts = parts
@@ -51,7 +56,17 @@ class Proxy:
             # The background task ends the exchange even if the client left before
             # the stream was ever iterated (the generator's own exit never ran).
             return Streamed(headers, self._stream(ex), ex.end)
-        return await self._collect_watched(ex, headers)
+        try:
+            return await self._collect_watched(ex, headers)
+        except NoAnswer as exc:
+            # Nothing reached the client yet: the next plan without this backend.
+            nxt = None if ex.fw.ask is None else self.planner.replan(
+                ex.fw.ask, frozenset({ex.fw.decision.backend}))
+            if nxt is None:
+                raise from_upstream(ex.fw.decision.backend, exc) from None
+            log.warning("%s answered no events: failing over to %s", ex.fw.decision.backend,
+                        nxt.decision.backend)
+            return await self.forward(nxt)
 
     async def begin(self, fw: Forward, count: bool = True) -> Exchange:
         """A started exchange. For `auto` and tiers, a backend that cannot take
@@ -132,7 +147,9 @@ class Proxy:
                         seen = True
                 if not seen and ex.usage_event is None:
                     ex.failed("upstream_invalid")
-                    raise UpstreamError("broken", "the worker's answer held no events")
+                    raise NoAnswer("broken", "the worker's answer held no events")
+        except NoAnswer:
+            raise
         except UpstreamError as exc:
             raise from_upstream(ex.fw.decision.backend, exc) from None
         body = ex.renamed(asm.result(final_usage(ex)))

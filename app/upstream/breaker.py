@@ -4,7 +4,10 @@ closed     requests flow; consecutive request failures (or failed health probes)
            are counted, and reaching the threshold opens the breaker.
 open       no requests; after a cooldown (doubling on each failed trial, up to
            a limit) it becomes half-open, unless its health probes still fail
-           (a hung worker stays out). A probe that answers ends the cooldown.
+           (a hung worker stays out). A probe that answers ends the cooldown
+           of a breaker its probes opened (the worker is back); one opened by
+           failed requests waits its cooldown out (a worker that answers its
+           health check but not requests, garbage say, stays out).
 half_open  exactly one trial request is let through: success closes the
            breaker, failure opens it again.
 
@@ -32,6 +35,7 @@ class Breaker:
     opened_at: float = 0.0
     cooldown_s: float = 0.0
     trial: bool = False  # the half-open trial request is in flight
+    opened_by_probes: bool = False
 
     def available(self, now: float) -> bool:
         """Whether a new request may be sent (does not take the trial)."""
@@ -68,12 +72,14 @@ class Breaker:
         """A health probe's outcome."""
         if ok:
             self.probe_failures = 0
-            if self.state == "open":  # it answers again: let one request try it
+            if self.state == "open" and self.opened_by_probes:  # back: one request tries it
                 self.state, self.trial = "half_open", False
             return
         self.probe_failures += 1
         if self.probe_failures >= self.probe_threshold and self.state != "open":
             self._open(now, self.base_cooldown_s)
+            self.opened_by_probes = True
 
     def _open(self, now: float, cooldown_s: float) -> None:
         self.state, self.opened_at, self.cooldown_s = "open", now, cooldown_s
+        self.opened_by_probes = False

@@ -329,3 +329,24 @@ def test_the_docs_work_offline(gw: RunningGateway) -> None:
     assert httpx.get(gw.url + "/docs/assets/swagger-ui-bundle.js").status_code == 200
     root = httpx.get(gw.url + "/")
     assert root.status_code == 307 and root.headers["location"] == "/docs"
+
+
+def test_a_worker_answering_garbage_is_failed_over_and_ejected(fakes: FakeWorkers) -> None:
+    async def garbage(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b"\x00 not an answer \xff",
+                              headers={"content-type": "text/event-stream"})
+
+    fakes.behaviour[SMALL] = garbage
+    cheapest = {"x-joulegate-policy": "min-energy"}  # auto would pick the small tier
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=0.2) as g:
+        r = chat(g, {"model": "auto", "messages": MSG}, headers=cheapest)
+        assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large", r.text
+        while fakes.posts_to(SMALL) < 3:  # the small tier by name: no other backend
+            assert_envelope(chat(g, {"model": "small", "messages": MSG}), 502)
+        assert_envelope(chat(g, {"model": "small", "messages": MSG}), 503)  # ejected
+        time.sleep(1.0)  # its health probes answer meanwhile: it stays out
+        assert_envelope(chat(g, {"model": "small", "messages": MSG}), 503)
+        assert httpx.get(g.url + "/readyz").json()["degraded"] == ["small"]
+        r = chat(g, {"model": "auto", "messages": MSG}, headers=cheapest)
+        assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large"
+        assert fakes.posts_to(SMALL) == 3

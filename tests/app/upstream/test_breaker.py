@@ -51,3 +51,20 @@ def test_failing_probes_eject_a_hung_replica_until_it_answers() -> None:
     assert not b.available(10.0)  # no trial while its probes still fail
     b.probe(True, 11.0)
     assert b.state == "half_open" and b.available(11.0)
+
+
+def test_answering_probes_do_not_end_a_cooldown_that_requests_began() -> None:
+    """A worker that answers its health check but fails requests (garbage)
+    waits out its cooldown; one its probes ejected comes back when they answer."""
+    b = Breaker(threshold=3, base_cooldown_s=2.0)
+    for t in (0.0, 0.1, 0.2):
+        b.failure(t)
+    b.probe(True, 0.5)
+    assert b.state == "open" and not b.available(0.6)
+    assert b.available(2.3) and b.state == "half_open"
+    hung = Breaker(probe_threshold=2)
+    hung.probe(False, 0.0)
+    hung.probe(False, 0.1)
+    assert hung.state == "open"
+    hung.probe(True, 0.2)
+    assert hung.state == "half_open"
