@@ -111,11 +111,38 @@ def parse_json(raw: bytes, limit_bytes: int) -> dict[str, Any]:
                           "invalid_json") from None
     if not isinstance(data, dict):
         raise bad_request("Request body must be a JSON object", None, "invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) and (where := _lone_surrogate(data)) is not None:
+        # Valid JSON, but no worker takes text that is not Unicode (it answered 500).
+        raise bad_request(f"'{where}' holds a lone surrogate (\\ud800-\\udfff): not valid "
+                          "Unicode text", where, "invalid_value")
     # Nesting deeper than the limit needs more opening brackets than it: most
     # bodies have fewer (counted in C, strings' brackets too), and skip the walk.
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _deeper_than(data, MAX_JSON_DEPTH):
         raise too_deep()
     return data
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(obj: dict[str, Any]) -> str | None:
+    """The path of a string (key or value) that cannot be UTF-8 (a lone
+    surrogate), or None."""
+    stack: list[tuple[Any, str]] = [(obj, "")]
+    while stack:
+        node, path = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            here = f"{path}.{key}" if path else str(key)
+            for text in (key, value):
+                if isinstance(text, str):
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return here
+            if isinstance(value, dict | list):
+                stack.append((value, here))
+    return None
 
 
 def _deeper_than(obj: dict[str, Any], limit: int) -> bool:

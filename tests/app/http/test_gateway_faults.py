@@ -55,10 +55,14 @@ def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> 
      "invalid_value", "messages.0.content.0.type"),
     ({"model": "auto", "messages": [{"role": "user", "content": [{"type": "text"}]}]},
      "invalid_value", "messages.0.content.0.text"),
+    ({"model": "auto", "messages": [{"role": "user", "content": "a \ud800 b"}]},
+     "invalid_value", "messages.0.content"),  # a worker answers 500 to a lone surrogate
 ])
 def test_hostile_bodies_are_400(gw: RunningGateway, fakes: FakeWorkers,
                                 body: dict[str, object], code: str | None, param: str) -> None:
-    err = assert_envelope(chat(gw, body), 400, code)
+    r = httpx.post(gw.v1 + "/chat/completions", content=json.dumps(body),  # escapes, as ASCII
+                   headers={"content-type": "application/json"}, timeout=10)
+    err = assert_envelope(r, 400, code)
     assert err["param"] == param
     assert fakes.posts_to(SMALL) + fakes.posts_to(LARGE) == 0
 
