@@ -26,6 +26,21 @@ def default_cap(d: Decision, default_max_tokens: int | None, thinks: bool) -> in
     return min(d.max_tokens, default_max_tokens)
 
 
+LENGTH_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict")
+
+
+def capped(body: dict[str, Any], out: dict[str, Any], cap: int | None) -> None:
+    """`out` (a copy of `body`) with one length field, max_tokens: the smallest
+    the client sent, else `cap`. llama.cpp's n_predict wins over max_tokens
+    there, so no length field but ours reaches a worker."""
+    asked = [n for f in LENGTH_FIELDS if isinstance(n := body.get(f), int)]
+    for f in LENGTH_FIELDS:
+        out.pop(f, None)
+    limit = min(asked) if asked else cap
+    if limit:
+        out["max_tokens"] = limit
+
+
 def rewrite_chat(
     body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
     thinking_mode: str = "native", default_max_tokens: int | None = None,
@@ -35,10 +50,8 @@ def rewrite_chat(
     (a long conversation is not copied message by message)."""
     out = dict(body)
     out["model"] = upstream_model
-    if "max_tokens" not in out and "max_completion_tokens" not in out:
-        cap = default_cap(d, default_max_tokens, reasoning and d.thinking_budget is not None)
-        if cap:
-            out["max_tokens"] = cap
+    capped(body, out, default_cap(d, default_max_tokens,
+                                  reasoning and d.thinking_budget is not None))
     if not d.routed:
         return out
     if reasoning:

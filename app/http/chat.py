@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from app.catalog import Backend
 from app.errors import bad_request
 from app.forward.plan import Ask, Needs
-from app.forward.rewrite import default_cap, rewrite_chat
+from app.forward.rewrite import capped, default_cap, rewrite_chat
 from app.forward.splice import answer
 from app.http.auth import authorize
 from app.http.body import json_body, policy, quality_target
@@ -58,20 +58,18 @@ async def completions(request: Request) -> Response:
         chosen, max_j = policy(request, gw.default_policy)
         text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
         tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
-        q = Query(text, tokens or estimate_tokens(text), req.max_tokens, chosen, max_j,
+        q = Query(text, tokens or estimate_tokens(text), req.token_limit, chosen, max_j,
                   quality_target=quality_target(request))
 
         default_max = gw.planner.catalog.defaults.max_tokens
 
         def body_for(d: Decision, b: Backend) -> dict[str, Any]:
             out = dict(body, model=b.model)
-            cap = default_cap(d, default_max, thinks=False)
-            if "max_tokens" not in body and cap:
-                out["max_tokens"] = cap
+            capped(body, out, default_cap(d, default_max, thinks=False))
             return out
 
         fw = gw.planner.plan(Ask(
-            req.model, q, Needs(tokens=req.max_tokens), "/v1/completions", body_for,
+            req.model, q, Needs(tokens=req.token_limit), "/v1/completions", body_for,
             req.stream, _wants_usage(req.stream_options), received, key,
             request.is_disconnected))
     return response(await gw.proxy.forward(fw))

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.errors import ApiError, bad_request, body_too_large
 from app.jsonio import loads_exact
@@ -51,21 +51,38 @@ class _Common(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     n: int | None = Field(default=None, ge=1, le=1)
+    # llama.cpp's own length field (it wins over max_tokens there): one cap with
+    # the others (app/forward/rewrite.py sends the smallest as max_tokens).
+    n_predict: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    n_cmpl: int | None = Field(default=None, ge=1, le=1)  # llama.cpp: completions per prompt
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+
+
+    @property
+    def token_limit(self) -> int | None:
+        """The smallest of the length fields the client sent (None: none)."""
+        asked = [n for n in (self.max_tokens, getattr(self, "max_completion_tokens", None),
+                             self.n_predict) if n is not None]
+        return min(asked) if asked else None
 
 
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
 
-    @property
-    def token_limit(self) -> int | None:
-        return self.max_completion_tokens or self.max_tokens
-
 
 class CompletionRequest(_Common):
-    prompt: str | list[str] | list[int]
+    # One prompt per request (a string, or token ids): several prompts in one
+    # request would be answered, and billed, as one.
+    prompt: str | list[int] | list[str] = Field(union_mode="left_to_right")
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v: str | list[int] | list[str]) -> str | list[int] | list[str]:
+        if isinstance(v, list) and v and isinstance(v[0], str) and len(v) > 1:
+            raise ValueError("one prompt per request (send each prompt as its own request)")
+        return v
 
 
 Message.model_rebuild()

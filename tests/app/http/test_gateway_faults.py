@@ -354,3 +354,30 @@ def test_a_worker_answering_garbage_is_failed_over_and_ejected(fakes: FakeWorker
         r = chat(g, {"model": "auto", "messages": MSG}, headers=cheapest)
         assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large"
         assert fakes.posts_to(SMALL) == 3
+
+
+def test_one_length_cap_reaches_the_worker(fakes: FakeWorkers) -> None:
+    """n_predict (llama.cpp's, which wins over max_tokens there) and
+    max_completion_tokens become one max_tokens: the smallest asked."""
+    sent: list[dict[str, object]] = []
+
+    async def record(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, content=sse_answer(3),
+                              headers={"content-type": "text/event-stream"})
+
+    fakes.behaviour[SMALL] = fakes.behaviour[LARGE] = record
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60) as g:
+        for extra in ({"max_tokens": 3, "n_predict": 3000},
+                      {"max_completion_tokens": 1, "max_tokens": 2_000_000_000},
+                      {"n_predict": 5}):
+            assert chat(g, {"model": "small", "messages": MSG, **extra}).status_code == 200
+        r = httpx.post(g.v1 + "/completions", timeout=10, json={
+            "model": "small", "prompt": "hi", "max_tokens": 9, "n_predict": 4000})
+        assert r.status_code == 200
+        assert_envelope(chat(g, {"model": "small", "messages": MSG, "n_predict": -1}), 400)
+        for hostile in ({"prompt": ["a", "b"]}, {"prompt": "a", "n_cmpl": 4}):
+            r = httpx.post(g.v1 + "/completions", timeout=10, json={"model": "small", **hostile})
+            assert_envelope(r, 400)
+    assert [b["max_tokens"] for b in sent] == [3, 1, 5, 9]
+    assert not any("n_predict" in b or "max_completion_tokens" in b for b in sent)
