@@ -184,6 +184,11 @@ def body_too_large(limit_bytes: int) -> ApiError:
                     "invalid_request_error", None, "body_too_large")
 
 
+def body_timeout(seconds: float) -> ApiError:
+    return ApiError(408, f"The request body did not arrive within {seconds:g} s",
+                    "invalid_request_error", None, "body_timeout", {"connection": "close"})
+
+
 def unsupported_media_type(content_type: str | None) -> ApiError:
     return ApiError(415, f"Content-Type must be application/json, not '{content_type or ''}'",
                     "invalid_request_error", None, "unsupported_media_type")

@@ -178,7 +178,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             metrics.init_backend(b.tier, b.name, catalog.baseline)
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(planner, proxy, metrics, settings.max_body_bytes,
-                                    settings.policy, keys=keys, limits=limits, spend=spend)
+                                    settings.policy, settings.body_timeout_seconds, keys=keys,
+                                    limits=limits, spend=spend)
         flusher = asyncio.create_task(metrics.flushing())
         try:
             with _long_lived():

@@ -3,14 +3,17 @@ joulegate's own control headers."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from app.errors import bad_request, body_too_large, unsupported_media_type
+from app.errors import bad_request, body_timeout, body_too_large, unsupported_media_type
 from app.http.requests import is_json_type, parse_json
 from router.decision import POLICIES, Policy
+
+BODY_TIMEOUT_S = 10.0
 
 
 def header(request: Request, name: bytes) -> str | None:
@@ -25,14 +28,23 @@ def header(request: Request, name: bytes) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
-async def json_body(request: Request, limit: int) -> dict[str, Any]:
+async def json_body(request: Request, limit: int, timeout_s: float = BODY_TIMEOUT_S
+                    ) -> dict[str, Any]:
+    """The JSON object of the body, read within `timeout_s` (a client that
+    sends its body slowly, or less of it than its Content-Length, gets a 408
+    and the connection closed: it holds nothing else meanwhile)."""
     content_type = header(request, b"content-type")
     if not is_json_type(content_type):
         raise unsupported_media_type(content_type)
     declared = header(request, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise body_too_large(limit)  # refused before reading the body
-    return parse_json(await _read(request, limit), limit)
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await _read(request, limit)
+    except TimeoutError:
+        raise body_timeout(timeout_s) from None
+    return parse_json(raw, limit)
 
 
 async def _read(request: Request, limit: int) -> bytes:

@@ -34,8 +34,10 @@ async def chat(request: Request) -> Response:
     received = time.perf_counter()
     gw = gateway_of(request)
     key = authorize(gw, request)
+    gw.refuse_if_full()
+    raw = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
     with gw.admitted():
-        body, req, q, needs = await _chat_query(request, gw)
+        body, req, q, needs = _chat_query(request, gw, raw)
 
         default_max = gw.planner.catalog.defaults.max_tokens
 
@@ -52,8 +54,9 @@ async def completions(request: Request) -> Response:
     received = time.perf_counter()
     gw = gateway_of(request)
     key = authorize(gw, request)
+    gw.refuse_if_full()
+    body = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
     with gw.admitted():
-        body = await json_body(request, gw.max_body_bytes)
         req = validate_completion(body)
         chosen, max_j = policy(request, gw.default_policy)
         text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
@@ -79,7 +82,8 @@ async def route(request: Request) -> Response:
     """A dry run: the decision for a chat body, explained; nothing is forwarded."""
     gw = gateway_of(request)
     key = authorize(gw, request, generates=False)
-    _, req, q, needs = await _chat_query(request, gw)
+    raw = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
+    _, req, q, needs = _chat_query(request, gw, raw)
     d, _ = gw.planner.decide_for(key, req.model, q, needs, arriving=False)
     return JSONResponse(d.as_json())
 
@@ -88,10 +92,9 @@ def _wants_usage(options: Any) -> bool:
     return bool(options and options.include_usage)
 
 
-async def _chat_query(request: Request, gw: Gateway
-                      ) -> tuple[dict[str, Any], ChatRequest, Query, Needs]:
+def _chat_query(request: Request, gw: Gateway, body: dict[str, Any]
+                ) -> tuple[dict[str, Any], ChatRequest, Query, Needs]:
     """The body, its validated view, the router's query and what it needs."""
-    body = await json_body(request, gw.max_body_bytes)
     req = validate_chat(body)
     kinds = part_kinds(req.messages)
     if kinds - {"image_url"}:

@@ -27,19 +27,26 @@ class Gateway:
     metrics: Metrics
     max_body_bytes: int
     default_policy: Policy
-    entering: int = 0  # requests being read and routed, not yet holding a slot
+    body_timeout_s: float = 10.0  # the longest a request's body may take to arrive
+    entering: int = 0  # requests being routed, not yet holding a slot
     keys: KeyRing | None = None  # None, or no active key: open (local development)
     limits: RateLimits = field(default_factory=RateLimits)
     spend: SpendLedger | None = None  # the usage ledger (budgets, GET /v1/usage)
 
-    @contextlib.contextmanager
-    def admitted(self) -> Iterator[None]:
+    def refuse_if_full(self) -> None:
         """The cheapest refusal, before a request is read: when the backends'
         slots and queues, with the requests on their way to them, are full."""
         pool = self.planner.pool
         if pool.load() + self.entering >= pool.limit():
             self.metrics.request("none", "none", "unrouted", "none", "overloaded")
             raise overloaded("gateway", pool.load())
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """A request whose body is read, while it is routed: counted against
+        the backends' capacity (a body still arriving holds none: slow bodies
+        cannot lock anyone out)."""
+        self.refuse_if_full()
         self.entering += 1
         try:
             yield

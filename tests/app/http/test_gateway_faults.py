@@ -381,3 +381,31 @@ def test_one_length_cap_reaches_the_worker(fakes: FakeWorkers) -> None:
             assert_envelope(r, 400)
     assert [b["max_tokens"] for b in sent] == [3, 1, 5, 9]
     assert not any("n_predict" in b or "max_completion_tokens" in b for b in sent)
+
+
+def test_slow_bodies_hold_no_capacity_and_are_cut_off(fakes: FakeWorkers) -> None:
+    """Connections that send their body slowly (or less of it than they said)
+    are not counted against admission, and get a 408 at the deadline."""
+    import socket
+
+    catalog = fake_catalog()
+    tight = catalog.with_backends([b.model_copy(update={  # room for 2 requests in all
+        "max_queue": 0, "replicas": [r.model_copy(update={"max_concurrency": 1})
+                                     for r in b.replicas]}) for b in catalog.backends])
+    with run_gateway(tight, fakes.seams(), health_interval_seconds=60,
+                     body_timeout_seconds=1.0) as g:
+        port = int(g.url.rsplit(":", 1)[1])
+        slow = []
+        for _ in range(40):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+                      b"content-type: application/json\r\ncontent-length: 500\r\n\r\n{\"mo")
+            slow.append(s)
+        started = time.monotonic()
+        assert chat(g, {"model": "small", "messages": MSG}).status_code == 200
+        assert time.monotonic() - started < 1.0  # served while the slow bodies wait
+        for s in slow:
+            s.settimeout(5)
+            head = s.recv(4096)
+            assert head.startswith(b"HTTP/1.1 408"), head[:80]
+            s.close()
