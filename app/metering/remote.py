@@ -21,6 +21,7 @@ log = logging.getLogger("joulegate.meter")
 AGENT_TIMEOUT_S = 10.0  # one batch exchange with an agent
 MAX_BATCH_BYTES = 4 * 1024 * 1024  # a batch's calls, encoded (the agent takes 16 MiB)
 SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counter step)
+CLOSE_WAIT_S = 0.25  # the longest an answer waits for its window's provisional figure
 
 Curve = tuple[float, ...] | None  # an operating curve's coefficients (None: token counts)
 
@@ -163,6 +164,7 @@ class RemoteMeter:
         self._waiting = Waiting()
         self._poller: asyncio.Task[None] | None = None
         self._names = WindowNames()
+        self._closing: set[asyncio.Future[Any]] = set()  # closes that outlived their wait
 
     async def _call(self, device: str, call: dict[str, Any]) -> Any:
         agent = self._agents.get(device)
@@ -181,11 +183,23 @@ class RemoteMeter:
         return f"{device}/{wid}"
 
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None:
+        """Close the window; its provisional figure if the agent answers within
+        CLOSE_WAIT_S. A slow or hung agent never delays the answer: the close
+        goes on without the request, the response says no figure, and the
+        final figure follows (when_final) once the agent answers."""
         if window is None:
             return None
         device, wid = split_window(window)
-        return protocol.as_figure(
-            await self._call(device, protocol.close_call(device, wid, points)))
+        closing = asyncio.ensure_future(
+            self._call(device, protocol.close_call(device, wid, points)))
+        # asyncio.wait, not asyncio.timeout: an exchange's end may run partly in
+        # another task (app.forward.watch.shielded), which a timeout would cancel.
+        done, _ = await asyncio.wait({closing}, timeout=CLOSE_WAIT_S)
+        if closing in done:
+            return protocol.as_figure(closing.result())
+        self._closing.add(closing)  # kept until it ends
+        closing.add_done_callback(self._closing.discard)
+        return None
 
     async def abandon(self, window: str | None) -> None:
         await self.close(window, [])

@@ -70,6 +70,29 @@ def test_agent_down_never_fails_a_request(workers: Workers) -> None:
         assert r.json()["usage"]["energy_source"] == "unavailable"
 
 
+def test_a_hung_agent_never_delays_an_answer(workers: Workers) -> None:
+    """An agent that takes connections and never answers (SIGSTOPped, say):
+    requests answer in normal time, saying their energy is unavailable."""
+    import socket
+    import time
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)  # accepted by the kernel, never read
+    url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+    try:
+        with run_gateway(catalog_for([workers.small], [workers.large]), agent_url=url) as gw:
+            for _ in range(3):
+                started = time.monotonic()
+                r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
+                               json={"model": "small", "messages": MSG, "max_tokens": 4})
+                assert r.status_code == 200
+                assert time.monotonic() - started < 3.0  # it took 20 s
+                assert r.json()["usage"]["energy_source"] == "unavailable"
+    finally:
+        hung.close()
+
+
 def test_each_device_is_metered_by_the_agent_on_its_machine(workers: Workers) -> None:
     """Two machines, one agent each (as the Kubernetes DaemonSet runs them): the
     gateway sends each request's window to its own device's agent."""
