@@ -319,10 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     keys = sub.add_parser("keys", help="API keys (stored hashed in JOULEGATE_STATE_DIR)")
     keys.add_argument("action", choices=["create", "list", "revoke", "update"])
     keys.add_argument("--name", help="the key's name (create, revoke, update)")
-    keys.add_argument("--rpm", type=int, help="requests per minute")
-    keys.add_argument("--tpm", type=int, help="tokens (prompt + completion) per minute")
+    keys.add_argument("--rpm", type=_rate, help="requests per minute")
+    keys.add_argument("--tpm", type=_rate, help="tokens (prompt + completion) per minute")
     keys.add_argument("--models", help="comma-separated model names it may use")
-    keys.add_argument("--joule-budget", type=float, help="net joules per budget period")
+    keys.add_argument("--joule-budget", type=_joules, help="net joules per budget period")
     keys.add_argument("--budget-period", choices=["day", "week", "month"])
     keys.set_defaults(func=_keys)
     usage = sub.add_parser("usage", help="requests, tokens and joules from the usage ledger")
@@ -346,6 +346,30 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
         return 2
     return result
+
+
+def _rate(text: str) -> int:
+    """A per-minute limit for argparse: a whole number from 1 to 2**53."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 2**53:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 2**53")
+    return n
+
+
+def _joules(text: str) -> float:
+    """A joule budget for argparse: a finite positive number."""
+    import math
+
+    try:
+        j = float(text)
+    except ValueError:
+        j = -1.0
+    if not (math.isfinite(j) and j > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of joules")
+    return j
 
 
 def _port(text: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -208,7 +208,9 @@ class NewKey(BaseModel):
     tpm: int | None = Field(default=None, gt=0, le=MAX_RATE)
     joule_budget: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     budget_period: Literal["day", "week", "month"] = "month"
-    models: list[str] | None = None
+    # Stored comma-separated: a name with a comma would read back as two.
+    models: list[Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^,]+$")]] \
+        | None = None
 
 
 def validate_new_key(body: dict[str, Any]) -> NewKey:

@@ -120,7 +120,8 @@ class KeyStore:
                    c.budget_period, c.models).order_by(c.created)).rows
         return [ApiKey(id=r[0], name=r[1], hash=r[2], created=r[3], revoked=r[4], rpm=r[5],
                        tpm=r[6], joule_budget=r[7], budget_period=r[8],
-                       models=tuple(r[9].split(",")) if r[9] is not None else None)
+                       models=tuple(m for m in r[9].split(",") if m)
+                       if r[9] is not None else None)
                 for r in rows]
 
     def close(self) -> None:

@@ -60,3 +60,11 @@ def test_nvml_on_a_host_without_a_gpu_is_one_line(tmp_path: Path) -> None:
 def test_usage_for_an_unknown_key_says_so(tmp_path: Path) -> None:
     line = one_line(cli("usage", "--key", "nobody", env={"JOULEGATE_STATE_DIR": str(tmp_path)}))
     assert "no key named 'nobody'" in line
+
+
+def test_key_limits_are_finite_and_positive(tmp_path: Path) -> None:
+    env = {"JOULEGATE_STATE_DIR": str(tmp_path)}
+    for bad in (["--joule-budget", "nan"], ["--joule-budget", "-5"], ["--rpm", "-1"],
+                ["--tpm", "1e30"]):
+        out = cli("keys", "create", "--name", "team-a", *bad, env=env)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr

@@ -255,7 +255,8 @@ def test_the_admin_key_manages_keys_and_sees_all_usage(workers: Workers, tmp_pat
         secret = r.json()["key"]
         dup = httpx.post(gw.v1 + "/admin/keys", headers=h, json={"name": "team-a"})
         assert dup.status_code == 409
-        for hostile in ({"rpm": 1e30}, {"tpm": 10**40}, {"joule_budget": float("inf")}):
+        for hostile in ({"rpm": 1e30}, {"tpm": 10**40}, {"joule_budget": float("inf")},
+                        {"models": ["small,large"]}):
             raw = json.dumps({"name": "team-z", **hostile})  # Infinity as JSON writes it
             r = httpx.post(gw.v1 + "/admin/keys", headers={**h, "content-type":
                                                             "application/json"}, content=raw)
