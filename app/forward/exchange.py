@@ -140,7 +140,12 @@ class Exchange:
         guard = guard or LoopGuard()
         splitter = sse.EventSplitter()
         async for chunk in self.response.chunks():
-            for event in splitter.feed(chunk):
+            try:
+                events = splitter.feed(chunk)
+            except sse.EventTooLarge as exc:
+                self.status = "upstream_invalid"
+                raise UpstreamError("broken", str(exc)) from None
+            for event in events:
                 out = self._take(event, relay)
                 if out is None:
                     continue
@@ -174,7 +179,11 @@ class Exchange:
             self.status = "upstream_error_event"
             err = _error_envelope(obj["error"])
             return sse.encode(err), err, ""
-        text = chunk_text(obj)
+        try:
+            text = chunk_text(obj)
+        except ValueError as exc:
+            self.status = "upstream_invalid"
+            raise UpstreamError("broken", str(exc)) from None
         if text:
             self.decode += 1
             self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)

@@ -143,7 +143,11 @@ class Proxy:
                     if obj is not None and isinstance(obj.get("error"), dict):
                         raise UpstreamError("broken", str(obj["error"].get("message", obj)))
                     if obj is not None:
-                        asm.add(obj)
+                        try:
+                            asm.add(obj)
+                        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+                            ex.failed("upstream_invalid")  # the replica's breaker counts it
+                            raise UpstreamError("broken", f"malformed event ({exc})") from None
                         seen = True
                 if not seen and ex.usage_event is None:
                     ex.failed("upstream_invalid")

@@ -8,13 +8,21 @@ from typing import Any
 from app import jsonio
 
 DONE = b"data: [DONE]\n\n"
+MAX_EVENT_BYTES = 1024 * 1024  # an event (a token's chunk is ~200 bytes): beyond it, broken
+
+
+class EventTooLarge(ValueError):
+    """A worker sent more than MAX_EVENT_BYTES without ending an event."""
 
 
 class EventSplitter:
-    """Cuts a byte stream at blank lines; events come out byte-for-byte unchanged."""
+    """Cuts a byte stream at blank lines; events come out byte-for-byte unchanged.
+    An event longer than `max_bytes` raises EventTooLarge (its bytes are not
+    kept: memory stays bounded whatever a worker sends)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_EVENT_BYTES) -> None:
         self._buf = b""
+        self._max = max_bytes
 
     def feed(self, chunk: bytes) -> list[bytes]:
         self._buf += chunk
@@ -22,6 +30,9 @@ class EventSplitter:
         while True:
             cut = _boundary(self._buf)
             if cut < 0:
+                if len(self._buf) > self._max:
+                    self._buf = b""
+                    raise EventTooLarge(f"an event of more than {self._max} bytes")
                 return events
             events.append(self._buf[:cut])
             self._buf = self._buf[cut:]

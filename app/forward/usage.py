@@ -23,9 +23,13 @@ class Prior:
 
 
 def chunk_text(chunk: dict[str, Any]) -> str:
-    """The generated text in a stream chunk (one token per chunk on llama.cpp)."""
+    """The generated text in a stream chunk (one token per chunk on llama.cpp);
+    ValueError for a chunk whose choices are not a list (a broken worker)."""
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list):
+        raise ValueError(f"malformed event: choices is {type(choices).__name__}, not a list")
     out = []
-    for choice in chunk.get("choices") or []:
+    for choice in choices:
         if not isinstance(choice, dict):
             continue
         delta = choice.get("delta")

@@ -409,3 +409,28 @@ def test_slow_bodies_hold_no_capacity_and_are_cut_off(fakes: FakeWorkers) -> Non
             head = s.recv(4096)
             assert head.startswith(b"HTTP/1.1 408"), head[:80]
             s.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_malformed_and_endless_events_end_in_the_envelope(fakes: FakeWorkers,
+                                                         stream: bool) -> None:
+    """Events whose choices are no list, and one event of more than 1 MiB:
+    a 502 in the envelope, or a stream that ends with an error event and [DONE]."""
+    def answering(raw: bytes) -> object:
+        async def handler(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, content=raw, headers={"content-type": "text/event-stream"})
+        return handler
+
+    bad = {"malformed": b'data: {"choices": 5}\n\n' + sse_answer(2),
+           "endless": b"data: " + b"x" * (2 * 1024 * 1024)}
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60) as g:
+        for raw in bad.values():
+            fakes.behaviour[SMALL] = answering(raw)  # type: ignore[assignment]
+            r = chat(g, {"model": "small", "messages": MSG, "stream": stream})
+            if not stream:
+                assert_envelope(r, 502)
+                continue
+            assert r.status_code == 200
+            events = [e for e in r.text.split("\n\n") if e.strip()]
+            assert events[-1] == "data: [DONE]"
+            assert json.loads(events[-2].removeprefix("data: "))["error"]["code"]
