@@ -37,12 +37,18 @@ async def healthz() -> Response:
 
 async def readyz(request: Request) -> Response:
     """Ready while some tier can serve; `degraded` names the tiers that cannot."""
-    planner = gateway_of(request).planner
+    gw = gateway_of(request)
+    planner = gw.planner
     tiers = {t: planner.pool.tier_up(t) for t in planner.catalog.tiers}
     degraded = [t for t, up in tiers.items() if not up]
     ok = len(degraded) < len(tiers)
-    return JSONResponse({"ready": ok, "tiers": tiers, "degraded": degraded},
-                        status_code=200 if ok else 503)
+    database = "ok" if gw.keys is None or gw.keys.database_ok else "unreachable"
+    state = "ready" if ok and not degraded and database == "ok" else \
+        "degraded" if ok else "unavailable"
+    # Serving from memory while the database is away: still ready (keys and
+    # budgets are in memory, usage rows wait), but says so.
+    return JSONResponse({"ready": ok, "state": state, "tiers": tiers, "degraded": degraded,
+                         "database": database}, status_code=200 if ok else 503)
 
 
 async def metrics(request: Request) -> Response:

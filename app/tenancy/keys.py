@@ -147,6 +147,7 @@ class KeyRing:
         self._by_hash: dict[str, ApiKey] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.database_ok = True  # the last reload worked (/readyz says degraded otherwise)
         self.refresh()
 
     def refresh(self) -> None:
@@ -164,7 +165,13 @@ class KeyRing:
             try:
                 self.refresh()
             except DatabaseError as exc:
-                log.warning("keys not reloaded (the last ones loaded stay): %s", exc)
+                if self.database_ok:
+                    log.warning("keys not reloaded (the last ones loaded stay): %s", exc)
+                self.database_ok = False
+            else:
+                if not self.database_ok:
+                    log.warning("keys reloaded: the database answers again")
+                self.database_ok = True
 
     def close(self) -> None:
         """Stop the refresher and close the store."""

@@ -360,3 +360,51 @@ def test_eval_sends_the_api_key(workers: Workers, tmp_path: Path, database: str,
         assert main([*args, "--url", gw.v1, "--api-key", secret]) == 0
         assert "large:cot: 1/1" in capsys.readouterr().err  # progress
     store.close()
+
+
+def test_a_database_outage_loses_no_request_and_no_row(workers: Workers, tmp_path: Path,
+                                                       database: str) -> None:
+    """PostgreSQL refusing connections for a while (as if stopped): keyed
+    requests are served from memory, /healthz answers at once, and every
+    usage row is written once the database is back."""
+    if not database.startswith("postgresql"):
+        pytest.skip("PostgreSQL only")
+    import psycopg
+
+    from app.tenancy.database import Database
+
+    store = KeyStore(database)
+    _, secret = store.create("team-a", joule_budget=1e9)
+    name = database.rsplit("/", 1)[1]
+    admin = os.environ["JOULEGATE_TEST_POSTGRES_URL"]
+
+    def allow(ok: bool) -> None:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(ok).lower()}')
+            if not ok:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE datname = %s", (name,))
+
+    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path,
+                     database_url=database) as gw:
+        assert chat(gw.v1, secret).status_code == 200
+        allow(False)
+        try:
+            for _ in range(10):
+                assert chat(gw.v1, secret).status_code == 200
+                started = time.monotonic()
+                assert httpx.get(gw.url + "/healthz", timeout=5).status_code == 200
+                assert time.monotonic() - started < 0.1
+            time.sleep(3)  # the key refresh and the row writer meet the outage
+            assert chat(gw.v1, secret).status_code == 200
+            ready = httpx.get(gw.url + "/readyz").json()
+            assert ready["state"] == "degraded" and ready["database"] == "unreachable"
+        finally:
+            allow(True)
+        deadline = time.monotonic() + 20
+        db = Database(database)
+        while db.execute("SELECT COUNT(*) FROM usage").rows[0][0] < 12:
+            assert time.monotonic() < deadline, "usage rows lost"
+            time.sleep(0.2)
+        db.close()
+    store.close()
