@@ -49,6 +49,7 @@ def _serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     host, port = args.host or settings.host, args.port or settings.port
+    settings = settings.model_copy(update={"host": host, "port": port})
     if not _may_serve(settings, host, args.allow_unauthenticated) \
             or not _sources_work(catalog, settings):
         return 2
@@ -235,7 +236,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
         print(f"cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         return 2
 
-    env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve())}
+    env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve()),
+           "JOULEGATE_HOST": host, "JOULEGATE_PORT": str(port)}
     if not settings.agent_url:
         # On a Unix socket: the processes' calls cost the agent and them less
         # than over loopback TCP.

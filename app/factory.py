@@ -19,6 +19,7 @@ from app.forward.traffic import Traffic
 from app.http.asgi import GatewayApp
 from app.http.docs import install_docs
 from app.http.gateway import Gateway
+from app.http.guard import Guard, allowed_hosts
 from app.http.handlers import install_handlers
 from app.http.openapi import install_openapi
 from app.http.requests import ChatRequest, CompletionRequest
@@ -197,7 +198,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             spend.close()  # writes the rows still queued
             keys.close()
 
-    return _http_app(lifespan, configured)
+    app = _http_app(lifespan, configured)
+    app.guard = Guard(allowed_hosts(settings.allowed_hosts, settings.host))
+    return app
 
 
 def _http_app(lifespan: Callable[[GatewayApp], contextlib.AbstractAsyncContextManager[None]],

@@ -19,6 +19,9 @@ class Settings(BaseSettings):
     models_file: Path = Path("models.yaml")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    # Host names answered (comma-separated, * for any); unset: loopback names
+    # when serving a loopback address (DNS rebinding), any otherwise.
+    allowed_hosts: str | None = None
     # The longest a request's body may take to arrive (then 408, connection closed).
     body_timeout_seconds: float = Field(default=10.0, gt=0)
     connect_timeout_seconds: float = Field(default=5.0, gt=0)

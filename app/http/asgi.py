@@ -22,11 +22,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.errors import ApiError
 from app.forward.watch import ClientLeft, unless_left
+from app.http.guard import Guard
 from app.http.handlers import on_api_error, on_unexpected
 
 log = logging.getLogger("joulegate.app")
@@ -42,6 +43,7 @@ class GatewayApp(FastAPI):
         super().__init__(telemetry={"tracing": False, "metrics": False, "logs": False},
                          **kwargs)
         self.direct: dict[str, Endpoint] = {}
+        self.guard = Guard()
 
     def route_directly(self, router: APIRouter) -> None:
         """Take the endpoints of the DIRECT paths from `router` (included in
@@ -52,6 +54,12 @@ class GatewayApp(FastAPI):
         assert set(self.direct) == set(DIRECT), sorted(self.direct)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = self.guard.refusal(scope)
+            if refusal is not None:
+                await JSONResponse(refusal.body(), status_code=refusal.status,
+                                   headers=refusal.headers)(scope, receive, send)
+                return
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self.direct.get(scope["path"])
             if endpoint is not None:

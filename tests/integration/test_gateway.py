@@ -237,7 +237,7 @@ def test_error_event_when_worker_dies_mid_stream(
     url = f"http://127.0.0.1:{spec.port}"
     try:
         with run_gateway(catalog_for([url], [url])) as gw:
-            body = {"model": "large", "messages": MSG, "max_tokens": 3000, "stream": True}
+            body = {"model": "large", "messages": MSG, "max_tokens": 2000, "stream": True}
             events = []
             with httpx.stream("POST", gw.v1 + "/chat/completions", json=body,
                               timeout=60) as r:
@@ -282,7 +282,7 @@ def _busy(worker: str) -> bool:
 def test_client_disconnect_cancels_upstream(workers: Workers) -> None:
     wait_idle(workers.large)
     with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
-        body = {"model": "large", "messages": MSG, "max_tokens": 3000, "stream": True}
+        body = {"model": "large", "messages": MSG, "max_tokens": 2000, "stream": True}
         with httpx.stream("POST", gw.v1 + "/chat/completions", json=body, timeout=60) as r:
             for i, _ in enumerate(r.iter_lines()):
                 if i > 6:
@@ -360,9 +360,9 @@ def test_non_streamed_requests_are_loop_guarded_too(gateway: RunningGateway) -> 
 def test_non_streamed_client_that_leaves_stops_the_worker(workers: Workers) -> None:
     wait_idle(workers.large)
     with run_gateway(catalog_for([workers.small], [workers.large])) as gw:
-        body = {"model": "large", "messages": MSG, "max_tokens": 3000, "ignore_eos": True}
+        body = {"model": "large", "messages": MSG, "max_tokens": 2000, "ignore_eos": True}
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(gw.v1 + "/chat/completions", json=body, timeout=1.0)
-        # llama-server alone would generate all 3,000 tokens (many seconds) for a
+        # llama-server alone would generate all 2,000 tokens (many seconds) for a
         # non-streamed request whose client has gone; the gateway stops it.
         assert_worker_stops(workers.large, gw)

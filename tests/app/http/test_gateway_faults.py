@@ -398,7 +398,7 @@ def test_slow_bodies_hold_no_capacity_and_are_cut_off(fakes: FakeWorkers) -> Non
         slow = []
         for _ in range(40):
             s = socket.create_connection(("127.0.0.1", port))
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
                       b"content-type: application/json\r\ncontent-length: 500\r\n\r\n{\"mo")
             slow.append(s)
         started = time.monotonic()
@@ -434,3 +434,17 @@ def test_malformed_and_endless_events_end_in_the_envelope(fakes: FakeWorkers,
             events = [e for e in r.text.split("\n\n") if e.strip()]
             assert events[-1] == "data: [DONE]"
             assert json.loads(events[-2].removeprefix("data: "))["error"]["code"]
+
+
+def test_the_guard_refuses_foreign_hosts_encoded_slashes_and_header_floods(
+        gw: RunningGateway) -> None:
+    ok = {"model": "small", "messages": MSG}
+    assert chat(gw, ok).status_code == 200  # Host 127.0.0.1:<port>
+    assert chat(gw, ok, headers={"host": "localhost:8000"}).status_code == 200
+    assert_envelope(chat(gw, ok, headers={"host": "evil.example:8000"}), 421,
+                    "host_not_allowed")  # a DNS-rebinding page's name
+    r = httpx.post(gw.v1 + "/chat%2Fcompletions", json=ok)
+    assert_envelope(r, 404)
+    flood = {f"x-h{i}": "v" for i in range(150)}
+    assert_envelope(chat(gw, ok, headers=flood), 431, "headers_too_large")
+    assert httpx.get(gw.url + "/healthz", headers={"host": "evil.example"}).status_code == 421
