@@ -11,7 +11,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from app.catalog import Backend
-from app.errors import bad_request
+from app.errors import bad_request, model_not_allowed
 from app.forward.plan import Ask, Needs
 from app.forward.rewrite import capped, default_cap, rewrite_chat
 from app.forward.splice import answer
@@ -84,6 +84,8 @@ async def route(request: Request) -> Response:
     key = authorize(gw, request, generates=False)
     raw = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
     _, req, q, needs = _chat_query(request, gw, raw)
+    if key is not None and key.models is not None and req.model not in key.models:
+        raise model_not_allowed(req.model)  # as the request itself would be
     d, _ = gw.planner.decide_for(key, req.model, q, needs, arriving=False)
     return JSONResponse(d.as_json())
 

@@ -66,6 +66,9 @@ def test_keys_authenticate_limit_and_revoke(workers: Workers, tmp_path: Path,
         assert over.status_code == 429 and over.json()["error"]["code"] == "tpm_limit_exceeded"
         r = chat(gw.v1, small_only, model="large")
         assert r.status_code == 403 and r.json()["error"]["code"] == "model_not_allowed"
+        dry = httpx.post(gw.v1 + "/route", headers={"authorization": f"Bearer {small_only}"},
+                         json={"model": "large", "messages": MSG}, timeout=30)
+        assert dry.status_code == 403  # the dry run obeys the key's model list too
         assert chat(gw.v1, small_only, model="small").status_code == 200
         assert store.revoke("team-a")
         time.sleep(2.5)  # the gateway re-reads the keys every 2 s
