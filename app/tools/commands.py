@@ -86,6 +86,11 @@ def _calibrate(args: argparse.Namespace, catalog_of: CatalogOf) -> int:
         print(f"{name}: {c.fit['points']} points; leave-one-out MAPE {loo['mape']:.1%}"
               + (f", {long:.1%} for requests >= 0.5 s" if long is not None else "")
               + f"; R2 {loo.get('r2')} -> {args.out}/{name}.json")
+        r2 = loo.get("r2")
+        if c.fit["points"] < 2 * len(c.coef) or (isinstance(r2, float) and r2 < 0.5):
+            print(f"{name}: too few or too alike points for {len(c.coef)} coefficients "
+                  f"(R2 {r2}): sweep more prompt lengths, answer lengths and "
+                  "concurrencies before trusting this curve", file=sys.stderr)
     return 0
 
 
