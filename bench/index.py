@@ -40,6 +40,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-direct-c50.json": (AB + " --connections 50", "the direct ASGI path for generation", ""),
     "ab-end-after-response-c1.json": (AB, "bookkeeping after the response is written", ""),
     "ab-gc-thresholds-c50.json": (AB + " --connections 50", "gc.freeze and GC thresholds", ""),
+    "ab-guard-c1.json": (AB + " --rounds 4", "the request guard (Host, %2F, header limits) and "
+                         "later commits against 078ad59", ""),
+    "ab-same-code-c1.json": (AB + " --rounds 4", "A/A: the same commit on both sides, this "
+                             "VM's bias between the sides (this side ~0.04 ms dearer)", ""),
     "ab-http1-c50.json": (AB + " --connections 50", "the own HTTP/1.1 client against httpx", ""),
     "ab-lazy-explain-auto-c50.json": (AB + " --model auto --connections 50",
                                       "decisions explained only for /v1/route", ""),
