@@ -350,39 +350,25 @@ def main(argv: list[str] | None = None) -> int:
     return result
 
 
-def _rate(text: str) -> int:
-    """A per-minute limit for argparse: a whole number from 1 to 2**53."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 2**53:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 2**53")
-    return n
-
-
-def _joules(text: str) -> float:
-    """A joule budget for argparse: a finite positive number."""
+def _bounded(kind: type[int] | type[float], lo: float, hi: float, what: str
+             ) -> Callable[[str], float]:
+    """An argparse type: a finite number of `kind` in [lo, hi]."""
     import math
 
-    try:
-        j = float(text)
-    except ValueError:
-        j = -1.0
-    if not (math.isfinite(j) and j > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of joules")
-    return j
+    def parse(text: str) -> float:
+        try:
+            n = kind(text)
+        except ValueError:
+            n = None
+        if n is None or not math.isfinite(n) or not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return n
+    return parse
 
 
-def _port(text: str) -> int:
-    """A TCP port for argparse: 1-65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
-    return port
+_rate = _bounded(int, 1, 2**53, "a whole number from 1 to 2**53")
+_joules = _bounded(float, 1e-9, float("inf"), "a positive number of joules")
+_port = _bounded(int, 1, 65535, "a port (1-65535)")
 
 
 if __name__ == "__main__":

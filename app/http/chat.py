@@ -26,16 +26,23 @@ from app.http.requests import (
     validate_completion,
 )
 from app.http.respond import response
+from app.tenancy.keys import ApiKey
 from router.decision import Decision, Query
 from router.features import conversation_text, estimate_tokens
 
 
-async def chat(request: Request) -> Response:
+async def _arrived(request: Request) -> tuple[float, Gateway, ApiKey | None, dict[str, Any]]:
+    """When it arrived, the gateway, the key (checked), the body (read before
+    the request is counted against admission: a slow body holds nothing)."""
     received = time.perf_counter()
     gw = gateway_of(request)
     key = authorize(gw, request)
     gw.refuse_if_full()
-    raw = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
+    return received, gw, key, await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
+
+
+async def chat(request: Request) -> Response:
+    received, gw, key, raw = await _arrived(request)
     with gw.admitted():
         body, req, q, needs = _chat_query(request, gw, raw)
 
@@ -51,11 +58,7 @@ async def chat(request: Request) -> Response:
 
 
 async def completions(request: Request) -> Response:
-    received = time.perf_counter()
-    gw = gateway_of(request)
-    key = authorize(gw, request)
-    gw.refuse_if_full()
-    body = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
+    received, gw, key, body = await _arrived(request)
     with gw.admitted():
         req = validate_completion(body)
         chosen, max_j = policy(request, gw.default_policy)

@@ -44,6 +44,15 @@ def sse_answer(n: int = 3, model: str = WORKER_MODEL, error: str | None = None,
     return out + b"data: [DONE]\n\n"
 
 
+def recording(sent: list[dict[str, Any]], n: int = 3) -> Behaviour:
+    """A worker that answers `n` tokens and keeps each body it was sent."""
+    async def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, content=sse_answer(n),
+                              headers={"content-type": "text/event-stream"})
+    return handle
+
+
 async def answer(request: httpx.Request) -> httpx.Response:
     body = json.loads(request.content)
     n = min(int(body.get("max_tokens") or 3), 8)

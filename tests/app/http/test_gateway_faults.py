@@ -8,12 +8,21 @@ import concurrent.futures
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from app.tools.embedded import RunningGateway, run_gateway
-from tests.app.fake_workers import LARGE, SMALL, FakeWorkers, fake_catalog, hang, sse_answer
+from tests.app.fake_workers import (
+    LARGE,
+    SMALL,
+    FakeWorkers,
+    fake_catalog,
+    hang,
+    recording,
+    sse_answer,
+)
 
 MSG = [{"role": "user", "content": "hello there"}]
 
@@ -309,14 +318,8 @@ def test_the_traffic_routes_take_the_direct_path_with_the_same_errors(
 def test_a_request_without_max_tokens_gets_the_default_cap(fakes: FakeWorkers) -> None:
     """defaults.max_tokens caps every request that names none: a forced tier
     gets it, `auto` no more than it (a worker would run to its context)."""
-    sent: list[dict[str, object]] = []
-
-    async def record(request: httpx.Request) -> httpx.Response:
-        sent.append(json.loads(request.content))
-        return httpx.Response(200, content=sse_answer(3),
-                              headers={"content-type": "text/event-stream"})
-
-    fakes.behaviour[SMALL] = fakes.behaviour[LARGE] = record
+    sent: list[dict[str, Any]] = []
+    fakes.behaviour[SMALL] = fakes.behaviour[LARGE] = recording(sent)
     with run_gateway(fake_catalog(max_tokens=40), fakes.seams(),
                      health_interval_seconds=60) as g:
         for model in ("small", "large", "auto"):
@@ -359,14 +362,8 @@ def test_a_worker_answering_garbage_is_failed_over_and_ejected(fakes: FakeWorker
 def test_one_length_cap_reaches_the_worker(fakes: FakeWorkers) -> None:
     """n_predict (llama.cpp's, which wins over max_tokens there) and
     max_completion_tokens become one max_tokens: the smallest asked."""
-    sent: list[dict[str, object]] = []
-
-    async def record(request: httpx.Request) -> httpx.Response:
-        sent.append(json.loads(request.content))
-        return httpx.Response(200, content=sse_answer(3),
-                              headers={"content-type": "text/event-stream"})
-
-    fakes.behaviour[SMALL] = fakes.behaviour[LARGE] = record
+    sent: list[dict[str, Any]] = []
+    fakes.behaviour[SMALL] = fakes.behaviour[LARGE] = recording(sent)
     with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60) as g:
         for extra in ({"max_tokens": 3, "n_predict": 3000},
                       {"max_completion_tokens": 1, "max_tokens": 2_000_000_000},
