@@ -48,6 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    logging.getLogger("joulegate").info("models file %s", Path(settings.models_file).resolve())
     host, port = args.host or settings.host, args.port or settings.port
     settings = settings.model_copy(update={"host": host, "port": port})
     if not _may_serve(settings, host, args.allow_unauthenticated) \

@@ -104,11 +104,15 @@ def _meter(catalog: Catalog, settings: Settings, seams: Seams, upstream: Upstrea
             if d.name not in agents:
                 log.warning("device %s has no agent (the other devices do): its "
                             "requests get no energy figure", d.name)
+        for device, url in sorted(agents.items()):
+            log.info("energy of %s: metered by the agent at %s", device, url)
         return RemoteMeter(upstream, agents), []
     weights = {d.name: d.prefill_weight for d in catalog.devices}
     factory = seams.device_factory or (lambda s: metered_device(s, weights[s.name]))
     devices = [factory(device_spec(d)) for d in catalog.devices]
     seams.devices[:] = devices
+    for md in devices:
+        log.info("energy of %s: %s (%s)", md.spec.name, md.reader.source, md.reader.name)
     samplers = start_samplers(devices, settings.sample_hz)
     metrics.watch_devices(lambda: [d.view() for d in devices])
     return LocalMeter({d.spec.name: d.ledger for d in devices}), samplers
@@ -157,6 +161,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
             settings.between_chunks_timeout_seconds))
         catalog = await learned_contexts(configured, upstream)
+        log.info("backends: %s", "; ".join(
+            f"{b.name} ({b.kind}, tier {b.tier}, model {b.model}, {len(b.replicas)} "
+            f"replica{'s' if len(b.replicas) != 1 else ''})" for b in catalog.backends))
         pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
         meter, samplers = _meter(catalog, settings, seams, upstream, metrics)
         lengths_file = catalog.routing.lengths_file
