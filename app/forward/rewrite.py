@@ -29,14 +29,14 @@ def default_cap(d: Decision, default_max_tokens: int | None, thinks: bool) -> in
 LENGTH_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict")
 
 
-def capped(body: dict[str, Any], out: dict[str, Any], cap: int | None) -> None:
-    """`out` (a copy of `body`) with one length field, max_tokens: the smallest
-    the client sent, else `cap`. llama.cpp's n_predict wins over max_tokens
-    there, so no length field but ours reaches a worker."""
-    asked = [n for f in LENGTH_FIELDS if isinstance(n := body.get(f), int)]
+def capped(out: dict[str, Any], asked: int | None, cap: int | None) -> None:
+    """`out` with one length field, max_tokens: `asked` (the smallest the
+    client sent: the validated request's token_limit), else `cap`. llama.cpp's
+    n_predict wins over max_tokens there, so no length field but ours reaches
+    a worker."""
     for f in LENGTH_FIELDS:
         out.pop(f, None)
-    limit = min(asked) if asked else cap
+    limit = asked or cap
     if limit:
         out["max_tokens"] = limit
 
@@ -44,13 +44,15 @@ def capped(body: dict[str, Any], out: dict[str, Any], cap: int | None) -> None:
 def rewrite_chat(
     body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
     thinking_mode: str = "native", default_max_tokens: int | None = None,
+    asked: int | None = None,
 ) -> dict[str, Any]:
     """A copy of `body` for the worker; unknown fields are kept as they are.
     The copy is shallow: what it changes is replaced, never changed in place
-    (a long conversation is not copied message by message)."""
+    (a long conversation is not copied message by message). `asked`: the
+    client's token limit (ChatRequest.token_limit)."""
     out = dict(body)
     out["model"] = upstream_model
-    capped(body, out, default_cap(d, default_max_tokens,
+    capped(out, asked, default_cap(d, default_max_tokens,
                                   reasoning and d.thinking_budget is not None))
     if not d.routed:
         return out

@@ -49,7 +49,8 @@ async def chat(request: Request) -> Response:
         default_max = gw.planner.catalog.defaults.max_tokens
 
         def body_for(d: Decision, b: Backend) -> dict[str, Any]:
-            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode, default_max)
+            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode, default_max,
+                                req.token_limit)
 
         fw = gw.planner.plan(Ask(
             req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
@@ -71,7 +72,7 @@ async def completions(request: Request) -> Response:
 
         def body_for(d: Decision, b: Backend) -> dict[str, Any]:
             out = dict(body, model=b.model)
-            capped(body, out, default_cap(d, default_max, thinks=False))
+            capped(out, req.token_limit, default_cap(d, default_max, thinks=False))
             return out
 
         fw = gw.planner.plan(Ask(
