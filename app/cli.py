@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from app.catalog import Catalog, CatalogError, load_catalog
-from app.settings import Settings
+from app.settings import Settings, is_loopback
 from app.tools.commands import add_tool_commands
 
 if TYPE_CHECKING:
@@ -85,15 +85,9 @@ def _sources_work(catalog: Catalog, settings: Settings) -> bool:
 
 def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bool:
     """A non-loopback bind needs an API key (or an explicit opt-out)."""
-    import ipaddress
-
     from app.tenancy.keys import KeyRing, KeyStore
 
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if loopback or allow_unauthenticated or settings.allow_unauthenticated:
+    if is_loopback(host) or allow_unauthenticated or settings.allow_unauthenticated:
         return True
     store = KeyStore(settings.database())
     try:

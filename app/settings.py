@@ -61,3 +61,15 @@ class Settings(BaseSettings):
     def database(self) -> str:
         """The keys-and-usage database URL (the SQLite file by default)."""
         return self.database_url or f"sqlite:///{(self.state_dir / 'joulegate.db').resolve()}"
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether `host` (a name or an address) is this machine's loopback."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return host is not None and ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

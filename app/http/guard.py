@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import ApiError
+from app.settings import is_loopback
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})  # Host names answered
 MAX_HEADERS = 100
 MAX_HEADER_BYTES = 64 * 1024
 
@@ -31,7 +31,7 @@ def allowed_hosts(setting: str | None, serving_host: str) -> frozenset[str] | No
     if setting:
         names = {h.strip().lower() for h in setting.split(",") if h.strip()}
         return None if "*" in names else frozenset(names)
-    return LOOPBACK_NAMES if serving_host in LOOPBACK_HOSTS else None
+    return LOOPBACK_NAMES if is_loopback(serving_host) else None
 
 
 def _host_name(value: bytes) -> str:

@@ -20,11 +20,9 @@ from urllib.parse import urlsplit
 
 from app.catalog import Backend, Catalog
 from app.processes import CONFIG_ERROR, Child, Command, Supervisor
-from app.settings import Settings
+from app.settings import Settings, is_loopback
 from workers.local import ROOT, WorkerSpec, llama_server, model_path, worker_command
 from workers.make_models import SHAPES
-
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def port_taken(host: str, port: int) -> bool:
@@ -44,7 +42,7 @@ def local_workers(catalog: Catalog) -> list[tuple[Backend, str, int]]:
     for b in catalog.backends:
         for r in b.replicas:
             url = urlsplit(str(r.url))
-            if url.hostname in LOOPBACK and url.port is not None:
+            if is_loopback(url.hostname) and url.port is not None:
                 found.append((b, b.model, url.port))
     return found
 
