@@ -52,7 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     settings = settings.model_copy(update={"host": host, "port": port})
     if not _may_serve(settings, host, args.allow_unauthenticated) \
-            or not _sources_work(catalog, settings):
+            or not _sources_work(catalog, settings) or not _agent_token_readable(settings):
         return 2
     if args.workers <= 1:
         uvicorn.run(create_app(settings, catalog), host=host, port=port,
@@ -81,6 +81,15 @@ def _sources_work(catalog: Catalog, settings: Settings) -> bool:
                   file=sys.stderr)
             ok = False
     return ok
+
+
+def _agent_token_readable(settings: Settings) -> bool:
+    try:
+        settings.agent_secret()
+    except ValueError as exc:
+        print(f"joulegate: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _may_serve(settings: Settings, host: str, allow_unauthenticated: bool) -> bool:
@@ -123,8 +132,9 @@ def _bootstrap(settings: Settings, store: KeyStore) -> None:
         path.write_text(secret + "\n")
         print(f"joulegate: created the API key 'first' in {path}. Clients send it as "
               "'Authorization: Bearer <key>' (the OpenAI SDK's api_key). Under docker "
-              "compose: `docker compose exec <gateway service> cat "
-              f"{path}`.", file=sys.stderr)
+              f"compose: `docker compose exec -T gateway cat {path}` (gateway-cpu or "
+              "gateway-vllm under those profiles; -T: no terminal, so no carriage return "
+              "ends the key).", file=sys.stderr)
 
 
 def _keys(args: argparse.Namespace) -> int:
@@ -234,11 +244,16 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     env = {"JOULEGATE_MODELS_FILE": str(Path(settings.models_file).resolve()),
            "JOULEGATE_HOST": host, "JOULEGATE_PORT": str(port)}
     if not settings.agent_url:
-        # On a Unix socket: the processes' calls cost the agent and them less
-        # than over loopback TCP.
+        # On a Unix socket (in a directory only this user may enter): the
+        # processes' calls cost the agent and them less than over loopback
+        # TCP. A token of its own all the same.
+        import secrets
+
         path = str(Path(tempfile.mkdtemp(prefix="joulegate-agent-")) / "agent.sock")
-        _start_agent(catalog.devices, settings.sample_hz, socket_path=path)
+        token = secrets.token_urlsafe(32)
+        _start_agent(catalog.devices, settings.sample_hz, socket_path=path, token=token)
         env["JOULEGATE_AGENT_URL"] = "http+unix://" + quote(path, safe="")
+        env["JOULEGATE_AGENT_TOKEN"] = token
         logging.getLogger("joulegate").warning(
             "%d gateway processes; energy metered by the agent at %s", workers,
             env["JOULEGATE_AGENT_URL"])
@@ -250,10 +265,10 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
 
 
 def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1",
-                 port: int = 0, socket_path: str | None = None
+                 port: int = 0, socket_path: str | None = None, token: str | None = None
                  ) -> tuple[AgentServer, list[Sampler], dict[str, MeteredDevice]]:
     """Meter `devices` (a sampler each) and serve their ledgers at host:port
-    (or on the Unix socket `socket_path`)."""
+    (or on the Unix socket `socket_path`), to callers with `token`."""
 
     from app.factory import device_spec
     from telemetry.agent import start_agent
@@ -263,7 +278,7 @@ def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1
     metered = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in devices}
     samplers = start_samplers(metered.values(), sample_hz)
     server, _ = start_agent(host, port, metered, Metrics(), _new_loop(),
-                            socket_path)
+                            socket_path, token)
     return server, samplers, metered
 
 
@@ -285,15 +300,32 @@ def _agent(args: argparse.Namespace) -> int:
     catalog = _catalog(args, settings)
     if catalog is None:
         return 2
+    try:
+        token = settings.agent_secret(create=True)
+    except ValueError as exc:
+        print(f"joulegate agent: {exc}", file=sys.stderr)
+        return 2
+    if token is None and not is_loopback(args.host):
+        print(f"joulegate agent: refusing to serve {args.host} without a token: a client "
+              "that reaches the agent could move joules between requests. Set "
+              "JOULEGATE_AGENT_TOKEN (or JOULEGATE_AGENT_TOKEN_FILE; created when missing) "
+              "here and on the gateways.", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper())
     wanted = [d for d in catalog.devices if not args.host_name or d.host == args.host_name]
-    server, samplers, devices = _start_agent(wanted, settings.sample_hz, args.host, args.port)
+    try:
+        server, samplers, devices = _start_agent(wanted, settings.sample_hz, args.host,
+                                                 args.port, token=token)
+    except RuntimeError as exc:
+        print(f"joulegate agent: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     for name, d in devices.items():
         print(f"agent: {name} metered by {d.reader.source} ({d.reader.name})", flush=True)
-    print(f"agent: http://{args.host}:{args.port}", flush=True)
+    print(f"agent: http://{args.host}:{args.port} (window calls "
+          f"{'need the token' if token else 'open to this machine: no token'})", flush=True)
     stop.wait()
     server.shutdown()
     for s in samplers:
@@ -328,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     usage.set_defaults(func=_usage)
     agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
     agent.add_argument("--models", help="models.yaml path (its devices are metered)")
-    agent.add_argument("--host", default="0.0.0.0")
+    agent.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (not loopback: a token is required)")
     agent.add_argument("--port", type=_port, default=9400)
     agent.add_argument("--host-name", help="meter only devices whose `host` is this")
     agent.set_defaults(func=_agent)

@@ -106,7 +106,7 @@ def _meter(catalog: Catalog, settings: Settings, seams: Seams, upstream: Upstrea
                             "requests get no energy figure", d.name)
         for device, url in sorted(agents.items()):
             log.info("energy of %s: metered by the agent at %s", device, url)
-        return RemoteMeter(upstream, agents), []
+        return RemoteMeter(upstream, agents, token=settings.agent_secret()), []
     weights = {d.name: d.prefill_weight for d in catalog.devices}
     factory = seams.device_factory or (lambda s: metered_device(s, weights[s.name]))
     devices = [factory(device_spec(d)) for d in catalog.devices]

@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     budget_steer_at: float = Field(default=0.8, gt=0, le=1)
     sample_hz: float = Field(default=20.0, gt=0, le=100)
     agent_url: str | None = None
+    # The token gateways send to their agent and the agent requires (window
+    # calls); or a file holding it (`joulegate agent` creates it when missing:
+    # compose shares it between the agent and the gateway through a volume).
+    agent_token: str | None = None
+    agent_token_file: Path | None = None
     # Learned lengths, bootstrap keys and (by default) the keys-and-usage
     # database, state_dir/joulegate.db (SQLite), live here.
     state_dir: Path = Path(".joulegate")
@@ -57,6 +62,32 @@ class Settings(BaseSettings):
     # The admin key: manages keys through /v1/admin/keys and sees all usage.
     admin_key: str | None = None
     log_level: str = "info"
+
+    def agent_secret(self, create: bool = False) -> str | None:
+        """The agent token: JOULEGATE_AGENT_TOKEN, else the token file's content
+        (`create`: a new random token written there, mode 600, when missing)."""
+        if self.agent_token:
+            return self.agent_token
+        path = self.agent_token_file
+        if path is None:
+            return None
+        if create and not path.exists():
+            import os
+            import secrets
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:  # another agent made it meanwhile
+                pass
+            else:
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_urlsafe(32) + "\n")
+        try:
+            return path.read_text().strip() or None
+        except OSError as exc:
+            raise ValueError(f"JOULEGATE_AGENT_TOKEN_FILE: cannot read {path}: "
+                             f"{exc.strerror or exc}") from None
 
     def database(self) -> str:
         """The keys-and-usage database URL (the SQLite file by default)."""

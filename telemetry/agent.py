@@ -20,25 +20,46 @@ thread per connection). A single `result` call with `wait_s` waits on a
 future its window's settling resolves (the ledger's `on_final`, on the
 sampler thread). Standard library only: telemetry imports nothing but the
 stdlib, pynvml and prometheus_client.
+
+Trust: window calls move joules between requests (a window that claims many
+tokens takes a span's energy from the others), so with a `token` every POST
+must carry `Authorization: Bearer <token>` (401 otherwise; GET /metrics and
+/healthz stay open for scrapers). Each window belongs to the gateway that
+opened it (the `X-Joulegate-Gateway` id a gateway process sends): another
+gateway can neither close it nor claim its tokens. A gateway may hold at most
+MAX_OPEN_WINDOWS open, and a close's token claims are checked (at most
+MAX_WINDOW_TOKENS, answer tokens no faster than MAX_DECODE_TOKENS_PER_S since
+the window opened, counts that never go down); a close that fails them closes
+the window with no work and answers 400.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
+import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from telemetry.devices import MeteredDevice
 from telemetry.ledger import Ledger
 from telemetry.metrics import CONTENT_TYPE, Metrics
-from telemetry.protocol import BATCH_PATH, CALL_PATH, CALLS, PENDING, batch_answer
+from telemetry.protocol import (
+    BATCH_PATH,
+    CALL_PATH,
+    CALLS,
+    GATEWAY_HEADER,
+    PENDING,
+    batch_answer,
+)
 from telemetry.rates import TOKEN_COUNTS, TokenRates
-from telemetry.timeline import EnergyFigure
+from telemetry.timeline import EnergyFigure, Point
 
 log = logging.getLogger("joulegate.agent")
 
@@ -50,6 +71,10 @@ Reply = tuple[int, bytes, str]
 Answer = tuple[int, Any]  # status, JSON body
 _WINDOW_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_CURVES = 256  # operating curves remembered (one per backend a gateway sends)
+MAX_OPEN_WINDOWS = 16_384  # per gateway process (its requests in flight)
+MAX_WINDOW_TOKENS = 1 << 21  # prompt or answer tokens one request may claim
+MAX_DECODE_TOKENS_PER_S = 5_000.0  # one request's answer, since its window opened
+CLAIM_SLACK_S = 1.0  # the gateway opens a window a little before the agent hears of it
 
 
 def _json(status: int, obj: Any) -> Reply:
@@ -69,15 +94,50 @@ def _figure(figure: EnergyFigure | None, wid: str) -> Answer:
     return _error(404, f"no window {wid}") if figure is None else (200, figure.as_dict())
 
 
+def checked_points(raw: Any, elapsed_s: float) -> list[Point] | str:
+    """A close's token timeline, or why it cannot be believed: points of
+    [offset_s, prompt_tokens, decode_tokens], finite, counts that never go
+    down, at most MAX_WINDOW_TOKENS, answer tokens no faster than
+    MAX_DECODE_TOKENS_PER_S over the window's life."""
+    if not isinstance(raw, list):
+        return "points must be a list of [offset_s, prompt_tokens, decode_tokens]"
+    points: list[Point] = []
+    last = (0, 0)
+    most_decode = MAX_DECODE_TOKENS_PER_S * (max(0.0, elapsed_s) + CLAIM_SLACK_S)
+    for point in raw:
+        try:
+            t, p, d = point
+            t = float(t)
+            if not (math.isfinite(t) and type(p) is int and type(d) is int):
+                raise ValueError
+        except (TypeError, ValueError):
+            return "points must be [offset_s, prompt_tokens, decode_tokens]: a finite " \
+                   "number and two integers"
+        if not (0 <= p <= MAX_WINDOW_TOKENS and 0 <= d <= MAX_WINDOW_TOKENS):
+            return f"token counts must be between 0 and {MAX_WINDOW_TOKENS}"
+        if p < last[0] or d < last[1]:
+            return "token counts must not go down"
+        if d > most_decode:
+            return f"{d} answer tokens in a window open {elapsed_s:.1f} s"
+        last = (p, d)
+        points.append((t, p, d))
+    return points
+
+
 class AgentServer:
     """The agent's HTTP server: an asyncio loop on a thread of its own."""
 
     def __init__(self, devices: dict[str, MeteredDevice], metrics: Metrics,
-                 new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
-                 ) -> None:
+                 new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+                 token: str | None = None) -> None:
         self.devices = devices
         self.metrics = metrics
         self.loop = new_loop()
+        self._auth = None if token is None else f"Bearer {token}".encode()
+        # (device, window) -> the gateway that opened it, while it is open; and
+        # how many each gateway holds open.
+        self._owners: dict[tuple[str, str], str] = {}
+        self._held: Counter[str] = Counter()
         self._server: asyncio.Server | None = None
         self._waiting: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._rates: dict[tuple[float, ...], TokenRates] = {}
@@ -119,7 +179,9 @@ class AgentServer:
         return figure
 
     # -- the API -----------------------------------------------------------
-    async def answer(self, method: str, path: str, raw: bytes) -> Reply:
+    async def answer(self, method: str, path: str, raw: bytes,
+                     headers: dict[str, str] | None = None) -> Reply:
+        headers = headers or {}
         if method == "GET":
             if path == "/metrics":
                 return 200, self.metrics.render(), CONTENT_TYPE
@@ -128,26 +190,32 @@ class AgentServer:
             return _json(*_error(404, f"no route {path}"))
         if method != "POST":
             return _json(*_error(405, f"{method} is not served"))
+        if self._auth is not None and not hmac.compare_digest(
+                headers.get("authorization", "").encode("latin-1"), self._auth):
+            return _json(*_unauthorized())
+        gateway = headers.get(GATEWAY_HEADER.lower(), "-")[:64]
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
             return _json(*_error(400, "body must be JSON"))
         if path == BATCH_PATH:
-            return _json(*await self._batch(body))
+            return _json(*await self._batch(body, gateway))
         call = path.removeprefix(CALL_PATH)
         if call not in CALLS or call == path:
             return _json(*_error(404, f"no route {path}"))
-        return _json(*await self.window_call(call, body, wait=True))
+        return _json(*await self.window_call(call, body, wait=True, gateway=gateway))
 
-    async def window_call(self, call: str, body: Any, wait: bool) -> Answer:
-        """One open, close or result call; `wait`: a result may be held (wait_s)."""
+    async def window_call(self, call: str, body: Any, wait: bool,
+                          gateway: str = "-") -> Answer:
+        """One open, close or result call from `gateway`; `wait`: a result may
+        be held (wait_s)."""
         try:
             name = body["device"]
             ledger = self.devices[name].ledger
         except (KeyError, TypeError):
             return _error(400, "body must be JSON with a known 'device'")
         if call == "open":
-            return self._open(ledger, body)
+            return self._open(name, ledger, body, gateway)
         if call == "results":
             wids = body.get("windows")
             if not isinstance(wids, list):
@@ -158,27 +226,63 @@ class AgentServer:
             return 200, {"figures": [_dict(ledger.result(w)) for w in map(str, wids)]}
         wid = str(body.get("window", ""))
         if call == "close":
-            try:
-                points = [(float(t), int(p), int(d)) for t, p, d in body.get("points", [])]
-            except (TypeError, ValueError):
-                return _error(400, "points must be [offset_s, prompt_tokens, decode_tokens]")
-            return _figure(ledger.close(wid, points), wid)
+            return self._close(name, ledger, wid, body.get("points", []), gateway)
         return _figure(await self.result(name, wid, body.get("wait_s") if wait else None), wid)
 
-    def _open(self, ledger: Ledger, body: dict[str, Any]) -> Answer:
+    def _open(self, device: str, ledger: Ledger, body: dict[str, Any],
+              gateway: str) -> Answer:
         try:
             rates = self._curve_rates(body["curve"]) if "curve" in body else TOKEN_COUNTS
         except (TypeError, ValueError) as exc:
             return _error(400, f"curve: 7 coefficients expected ({exc})")
         names = body.get("windows")
         if names is None:
-            return 200, {"window": ledger.open(rates=rates)}
+            names = [ledger.open(rates=rates)] if self._room(gateway, 1) else []
+            if not names:
+                return _error(429, f"{MAX_OPEN_WINDOWS} windows open already")
+            self._own(device, names, gateway)
+            return 200, {"window": names[0]}
         if not isinstance(names, list) or not all(
                 isinstance(w, str) and _WINDOW_ID.fullmatch(w) for w in names):
             return _error(400, "windows must be a list of ids of 1-64 letters, digits, _ or -")
-        # Named by the gateway, which does not wait for them: a name taken is
-        # left out of the answer (its request gets no figure).
-        return 200, {"windows": [w for w in names if ledger.open_named(w, rates)]}
+        # Named by the gateway, which does not wait for them: a name taken, or
+        # past the gateway's open windows, is left out of the answer (its
+        # request gets no figure).
+        names = names[:self._room(gateway, len(names))]
+        opened = [w for w in names if ledger.open_named(w, rates)]
+        self._own(device, opened, gateway)
+        return 200, {"windows": opened}
+
+    def _room(self, gateway: str, wanted: int) -> int:
+        """How many of `wanted` windows `gateway` may open now."""
+        if self._held[gateway] + wanted > MAX_OPEN_WINDOWS:
+            self._forget_closed(gateway)  # windows the ledgers expired (leaked)
+        return max(0, min(wanted, MAX_OPEN_WINDOWS - self._held[gateway]))
+
+    def _own(self, device: str, wids: list[str], gateway: str) -> None:
+        for wid in wids:
+            self._owners[(device, wid)] = gateway
+        self._held[gateway] += len(wids)
+
+    def _forget_closed(self, gateway: str) -> None:
+        for key, owner in list(self._owners.items()):
+            if owner == gateway and not self.devices[key[0]].ledger.is_open(key[1]):
+                del self._owners[key]
+                self._held[gateway] -= 1
+
+    def _close(self, device: str, ledger: Ledger, wid: str, raw: Any,
+               gateway: str) -> Answer:
+        owner = self._owners.get((device, wid))
+        if owner != gateway:
+            return _error(404, f"no window {wid} open by this gateway")
+        points = checked_points(raw, ledger.open_for_s(wid))
+        del self._owners[(device, wid)]
+        self._held[gateway] -= 1
+        if isinstance(points, str):
+            ledger.close(wid, [])  # no work: its claims are not believed
+            log.warning("gateway %s: window %s closed with no work: %s", gateway, wid, points)
+            return _error(400, points)
+        return _figure(ledger.close(wid, points), wid)
 
     def _curve_rates(self, curve: Any) -> TokenRates:
         """The token rates of a curve's coefficients, remembered: every request
@@ -192,7 +296,7 @@ class AgentServer:
             self._rates[key] = rates
         return rates
 
-    async def _batch(self, body: Any) -> Answer:
+    async def _batch(self, body: Any, gateway: str) -> Answer:
         """Several window calls in one exchange, answered in order; none waits."""
         calls = body.get("calls") if isinstance(body, dict) else None
         if not isinstance(calls, list):
@@ -200,7 +304,8 @@ class AgentServer:
         results = []
         for c in calls:
             call = c.get("call") if isinstance(c, dict) else None
-            results.append(await self.window_call(call, c, wait=False) if call in CALLS
+            results.append(await self.window_call(call, c, wait=False, gateway=gateway)
+                           if call in CALLS
                            else _error(400, f"call must be one of {CALLS}"))
         return 200, batch_answer(results)
 
@@ -222,10 +327,10 @@ class AgentServer:
                     await _send(writer, _json(*_error(400, "not an HTTP/1.1 request with a "
                                                            "Content-Length")), close=True)
                     return
-                method, path, length, close = request
+                method, path, length, close, headers = request
                 raw = await reader.readexactly(length) if length else b""
                 try:
-                    reply = await self.answer(method, path, raw)
+                    reply = await self.answer(method, path, raw, headers)
                 except Exception:
                     log.exception("%s %s", method, path)
                     reply = _json(*_error(500, "agent error"))
@@ -283,8 +388,8 @@ class AgentServer:
 
 
 
-def _parse_head(head: bytes) -> tuple[str, str, int, bool] | None:
-    """(method, path, body length, close after) of a request head, or None."""
+def _parse_head(head: bytes) -> tuple[str, str, int, bool, dict[str, str]] | None:
+    """(method, path, body length, close after, headers) of a request head, or None."""
     try:
         line, *fields = head.decode("latin-1").split("\r\n")
         method, path, version = line.split(" ")
@@ -297,11 +402,19 @@ def _parse_head(head: bytes) -> tuple[str, str, int, bool] | None:
             or not 0 <= length <= MAX_BODY_BYTES:
         return None
     close = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
-    return method, path.split("?", 1)[0], length, close
+    return method, path.split("?", 1)[0], length, close, headers
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+            405: "Method Not Allowed", 429: "Too Many Requests",
             431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+
+
+def _unauthorized() -> Answer:
+    return 401, {"error": {"message": "the agent's token is required (Authorization: "
+                                      "Bearer, JOULEGATE_AGENT_TOKEN)",
+                           "type": "authentication_error", "param": None,
+                           "code": "invalid_api_key"}}
 
 
 async def _send(writer: asyncio.StreamWriter, reply: Reply, close: bool) -> None:
@@ -315,10 +428,12 @@ async def _send(writer: asyncio.StreamWriter, reply: Reply, close: bool) -> None
 
 def start_agent(host: str, port: int, devices: dict[str, MeteredDevice], metrics: Metrics,
                 new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
-                socket_path: str | None = None) -> tuple[AgentServer, threading.Thread]:
+                socket_path: str | None = None, token: str | None = None
+                ) -> tuple[AgentServer, threading.Thread]:
     """Serve in a background thread; `server.shutdown()` stops it. `new_loop`:
     the event loop's maker (the CLI gives uvloop's where it is installed);
-    `socket_path`: a Unix socket to serve on instead of host:port."""
+    `socket_path`: a Unix socket to serve on instead of host:port; `token`:
+    required of every window call."""
     metrics.watch_devices(lambda: [d.view() for d in devices.values()])
-    server = AgentServer(devices, metrics, new_loop)
+    server = AgentServer(devices, metrics, new_loop, token)
     return server, server.start(host, port, socket_path)

@@ -192,6 +192,18 @@ class Ledger:
             win = self._live.get(wid) or self._done.get(wid)
             return None if win is None else self._figure(win, provisional=not win.final)
 
+    def is_open(self, wid: str) -> bool:
+        """Whether the window is open (not closed, nor expired)."""
+        with self._lock:
+            win = self._live.get(wid)
+            return win is not None and win.closed_at is None
+
+    def open_for_s(self, wid: str) -> float:
+        """How long the window has been open (0 if it is not known)."""
+        with self._lock:
+            win = self._live.get(wid)
+            return 0.0 if win is None else self.clock() - win.opened_at
+
     def waiting(self, wid: str) -> bool:
         """Whether the window is known and its figure not final yet."""
         with self._lock:

@@ -11,6 +11,9 @@ A call is {"call": one of CALLS, "device": name, ...}:
     result   "window": id, "wait_s"? (single calls only)  -> an EnergyFigure
     results  "windows": [id, ...], "final_only"?  -> {"figures": [figure | None | PENDING]}
 Each call also has a path of its own (CALL_PATH + name) for a single call.
+Every POST carries `Authorization: Bearer <the agent's token>` where the agent
+has one, and GATEWAY_HEADER: the sending gateway process's id (its windows are
+its own).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from telemetry.timeline import EnergyFigure, Point
 BATCH_PATH = "/v1/windows/batch"
 CALL_PATH = "/v1/windows/"
 CALLS = ("open", "close", "result", "results")
+GATEWAY_HEADER = "X-Joulegate-Gateway"
 PENDING = {"final": False}  # a window whose figure is not final yet (results, final_only)
 
 

@@ -51,8 +51,17 @@ def test_compose_profiles_and_order() -> None:
     assert services["worker-small"]["image"].startswith("ghcr.io/ggml-org/llama.cpp:server-cuda")
     assert services["worker-small-vllm"]["image"].startswith("vllm/vllm-openai")
     assert "--metrics" in services["worker-large"]["command"]
-    for name in ("prometheus", "grafana"):
-        assert "profiles" not in services[name]
+    assert "profiles" not in services["prometheus"]  # every stack has its metrics
+    assert services["grafana"]["profiles"] == ["grafana"]  # optional: no offline image
+    assert "grafana" in (ROOT / ".env").read_text()  # but on by default
+    for name, svc in services.items():  # the agent binds all of its container's addresses,
+        if name.startswith("agent"):     # so it needs the token the gateways read
+            assert "--host" in svc["command"], name
+            assert "JOULEGATE_AGENT_TOKEN_FILE" in svc["environment"], name
+        if name.startswith("gateway"):
+            env = svc["environment"]
+            assert env["JOULEGATE_AGENT_TOKEN_FILE"] == services["agent"]["environment"][
+                "JOULEGATE_AGENT_TOKEN_FILE"], name
 
 
 DOCKERFILES = ["Dockerfile", "workers/llama-server.Dockerfile", "deploy/ci/prometheus.Dockerfile"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from functools import partial
 from typing import Any
 
 from app.jsonio import dumps, loads
 from app.metering.meter import Done, Progress, Waiting, split_window
-from app.upstream.client import Upstream, UpstreamError
+from app.upstream.client import Headers, Upstream, UpstreamError
 from telemetry import protocol
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
@@ -35,9 +36,10 @@ class AgentCalls:
     openings made meanwhile go first in the next batch (before any call about
     them), one call per device and curve."""
 
-    def __init__(self, upstream: Upstream, base: str) -> None:
+    def __init__(self, upstream: Upstream, base: str, headers: Headers = ()) -> None:
         self._upstream = upstream
         self._url = base.rstrip("/") + protocol.BATCH_PATH
+        self._headers = headers
         self._queue: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self._opening: dict[tuple[str, Curve], list[str]] = {}
         self._sender: asyncio.Task[None] | None = None
@@ -129,7 +131,9 @@ class AgentCalls:
             log.warning("agent %s: %s", self._url, exc or "no answer in time")
             return none
         if status != 200:
-            log.warning("agent %s answered %d", self._url, status)
+            log.warning("agent %s answered %d%s", self._url, status,
+                        " (set JOULEGATE_AGENT_TOKEN to the agent's token)"
+                        if status == 401 else "")
             return none
         try:
             bodies = protocol.batch_bodies(loads(raw), calls)
@@ -141,7 +145,7 @@ class AgentCalls:
         return bodies
 
     async def _post(self, payload: bytes) -> tuple[bytes, int]:
-        r = await self._upstream.post_again_if_reset(self._url, payload)
+        r = await self._upstream.post_again_if_reset(self._url, payload, self._headers)
         try:
             return await r.read(), r.status
         finally:
@@ -152,12 +156,19 @@ class RemoteMeter:
     """Ledgers in `joulegate agent`s next to the GPUs, over HTTP: each device's
     calls go to the agent on its machine (`agents`: device name -> base URL),
     in batches (AgentCalls). The windows waiting for a final figure are asked
-    about together every `poll_s`: one `results` call per device."""
+    about together every `poll_s`: one `results` call per device. Every call
+    carries the agent's `token` and this gateway's id (the agent lets only
+    the gateway that opened a window close it)."""
 
     def __init__(self, upstream: Upstream, agents: dict[str, str],
-                 settle_timeout_s: float = 3.0, poll_s: float = SETTLE_POLL_S) -> None:
+                 settle_timeout_s: float = 3.0, poll_s: float = SETTLE_POLL_S,
+                 token: str | None = None) -> None:
+        headers = [(protocol.GATEWAY_HEADER, secrets.token_hex(8))]
+        if token:
+            headers.append(("Authorization", f"Bearer {token}"))
         by_base: dict[str, AgentCalls] = {}
-        self._agents = {device: by_base.setdefault(url.rstrip("/"), AgentCalls(upstream, url))
+        self._agents = {device: by_base.setdefault(url.rstrip("/"),
+                                                   AgentCalls(upstream, url, headers))
                         for device, url in agents.items()}
         self._timeout_s = settle_timeout_s
         self._poll_s = poll_s

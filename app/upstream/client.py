@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -39,6 +39,7 @@ log = logging.getLogger("joulegate.upstream")
 
 MAX_CONNECTIONS = 1024  # to all workers together
 JSON_HEADERS = {"content-type": "application/json"}
+Headers = Sequence[tuple[str, str]]  # extra request headers (an agent's token)
 
 
 class UpstreamFault(Exception):
@@ -74,7 +75,7 @@ class Transport(Protocol):
     UpstreamError; enforces `timeouts` for the headers and every chunk."""
 
     async def send(self, method: str, url: str, body: bytes | None, fresh: bool,
-                   timeouts: Timeouts) -> RawResponse: ...
+                   timeouts: Timeouts, headers: Headers = ()) -> RawResponse: ...
     async def aclose(self) -> None: ...
 
 
@@ -129,9 +130,9 @@ class HttpxTransport:
         self._client = client
 
     async def send(self, method: str, url: str, body: bytes | None, fresh: bool,
-                   timeouts: Timeouts) -> RawResponse:
-        request = self._client.build_request(
-            method, url, content=body, headers=JSON_HEADERS if body is not None else None)
+                   timeouts: Timeouts, headers: Headers = ()) -> RawResponse:
+        sent = [*(JSON_HEADERS.items() if body is not None else ()), *headers]
+        request = self._client.build_request(method, url, content=body, headers=sent)
         try:
             with _httpx_translated(began=False):
                 async with asyncio.timeout(timeouts.first_byte_s):
@@ -189,17 +190,17 @@ class Upstream:
         raw = await self._transport.send("POST", url, payload, fresh, self.timeouts)
         return UpstreamResponse(raw)
 
-    async def post_again_if_reset(self, url: str, body: bytes | dict[str, Any]
-                                  ) -> UpstreamResponse:
+    async def post_again_if_reset(self, url: str, body: bytes | dict[str, Any],
+                                  headers: Headers = ()) -> UpstreamResponse:
         """POST, once more on a new connection when the pooled one was closed."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        raw = await self._send_again_if_reset("POST", url, payload, self.timeouts)
+        raw = await self._send_again_if_reset("POST", url, payload, self.timeouts, headers)
         return UpstreamResponse(raw)
 
     async def _send_again_if_reset(self, method: str, url: str, payload: bytes | None,
-                                   timeouts: Timeouts) -> RawResponse:
+                                   timeouts: Timeouts, headers: Headers = ()) -> RawResponse:
         try:
-            return await self._transport.send(method, url, payload, False, timeouts)
+            return await self._transport.send(method, url, payload, False, timeouts, headers)
         except UpstreamError as exc:
             if exc.kind != "reset":
                 raise
@@ -208,7 +209,7 @@ class Upstream:
             # A worker closing an idle keep-alive connection: normal traffic.
             log.debug("%s: connection dropped before the response (%s); asking again on a "
                      "new connection", url, exc.detail)
-            return await self._transport.send(method, url, payload, True, timeouts)
+            return await self._transport.send(method, url, payload, True, timeouts, headers)
 
     async def _get(self, url: str, timeout_s: float) -> tuple[int, bytes]:
         deadlines = Timeouts(timeout_s, timeout_s, timeout_s)

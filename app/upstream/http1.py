@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 import httptools
 
-from app.upstream.client import Timeouts, UpstreamError
+from app.upstream.client import Headers, Timeouts, UpstreamError
 
 HIGH_WATER_BYTES = 256 * 1024  # stop reading a worker's socket while this much is unread
 
@@ -245,7 +245,7 @@ class Http1Transport:
         self._all: set[Connection] = set()
 
     async def send(self, method: str, url: str, body: bytes | None, fresh: bool,
-                   timeouts: Timeouts) -> Http1Response:
+                   timeouts: Timeouts, headers: Headers = ()) -> Http1Response:
         address, target = split_url(url)
         await self._slots.acquire()
         conn: Connection | None = None
@@ -253,7 +253,7 @@ class Http1Transport:
             conn = None if fresh else self._reuse(address)
             if conn is None:
                 conn = await self._connect(address)
-            conn.start(_head(method, target, address, body, fresh), body)
+            conn.start(_head(method, target, address, body, fresh, headers), body)
             while not conn.headers_done:
                 if conn.error is not None:
                     raise conn.error
@@ -321,8 +321,9 @@ class Http1Transport:
 
 
 def _head(method: str, target: str, address: Address, body: bytes | None,
-          close: bool) -> bytes:
+          close: bool, headers: Headers = ()) -> bytes:
     lines = [f"{method} {target} HTTP/1.1", f"Host: {address.host_header}"]
+    lines += [f"{name}: {value}" for name, value in headers]
     if body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     if close:

@@ -68,3 +68,25 @@ def test_key_limits_are_finite_and_positive(tmp_path: Path) -> None:
                 ["--tpm", "1e30"]):
         out = cli("keys", "create", "--name", "team-a", *bad, env=env)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+
+
+def test_an_agent_on_the_network_needs_a_token(tmp_path: Path) -> None:
+    line = one_line(cli("agent", "--host", "0.0.0.0"))
+    assert "refusing to serve 0.0.0.0 without a token" in line
+    assert "JOULEGATE_AGENT_TOKEN" in line
+
+
+def test_an_agent_makes_its_token_file_once(tmp_path: Path) -> None:
+    """Compose's agent writes the token the gateway then reads (mode 600)."""
+    from app.settings import Settings
+
+    path = tmp_path / "state" / "agent-token"
+    first = Settings(agent_token_file=path).agent_secret(create=True)
+    assert first and len(first) >= 32 and path.stat().st_mode & 0o777 == 0o600
+    assert Settings(agent_token_file=path).agent_secret() == first
+    assert Settings(agent_token="given", agent_token_file=path).agent_secret() == "given"
+    missing = tmp_path / "nothing"
+    line = one_line(cli("serve", env={"JOULEGATE_AGENT_URL": "http://127.0.0.1:9",
+                                       "JOULEGATE_AGENT_TOKEN_FILE": str(missing),
+                                       "JOULEGATE_STATE_DIR": str(tmp_path)}))
+    assert "JOULEGATE_AGENT_TOKEN_FILE" in line and str(missing) in line

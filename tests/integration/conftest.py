@@ -86,12 +86,15 @@ __all__ = ["RunningGateway", "Workers", "catalog_for", "final_energy", "free_por
 
 
 @contextmanager
-def running_agent(catalog: Catalog) -> Iterator[tuple[str, AgentServer]]:
-    """A real `joulegate agent` (samplers, ledgers, HTTP) for the catalog's devices."""
+def running_agent(catalog: Catalog, token: str | None = None
+                  ) -> Iterator[tuple[str, AgentServer]]:
+    """A real `joulegate agent` (samplers, ledgers, HTTP) for the catalog's
+    devices; `token`: required of window calls."""
     devices = {d.name: metered_device(device_spec(d), 0.1) for d in catalog.devices}
     samplers = start_samplers(devices.values(), 20)
     port = free_port()
-    server, _ = start_agent("127.0.0.1", port, devices, Metrics(CollectorRegistry()))
+    server, _ = start_agent("127.0.0.1", port, devices, Metrics(CollectorRegistry()),
+                            token=token)
     try:
         yield f"http://127.0.0.1:{port}", server
     finally:

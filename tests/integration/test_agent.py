@@ -61,6 +61,86 @@ def test_agent_rejects_bad_bodies(agent: tuple[str, AgentServer]) -> None:
     assert r.status_code == 404
 
 
+TOKEN = "agent-secret-for-tests"
+
+
+def _batch(url: str, calls: list[dict[str, object]], token: str | None = TOKEN,
+           gateway: str = "forger") -> httpx.Response:
+    headers = {"X-Joulegate-Gateway": gateway}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return httpx.post(url + "/v1/windows/batch", json={"calls": calls}, headers=headers)
+
+
+def test_a_forged_client_cannot_change_any_charge(workers: Workers) -> None:
+    """The attack of the hostile pass: windows opened and closed beside real
+    requests, claiming millions of tokens, took their joules (8 J -> 0.0 J).
+    Without the token every window call is refused; the charges stay whole."""
+    catalog = catalog_for([workers.small], [workers.large])
+    with running_agent(catalog, token=TOKEN) as (url, server), \
+            run_gateway(catalog, agent_url=url, agent_token=TOKEN) as gw:
+        assert httpx.get(url + "/healthz").status_code == 200  # scrapers need no token
+        assert httpx.get(url + "/metrics").status_code == 200
+        for token in (None, "wrong"):
+            r = _batch(url, [{"call": "open", "device": "cpu", "windows": ["forged1"]}], token)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+            single = httpx.post(url + "/v1/windows/close", json={
+                "device": "cpu", "window": "forged1", "points": [[0.1, 5_000_000, 0]]})
+            assert single.status_code == 401
+        r = httpx.post(gw.v1 + "/chat/completions", timeout=30,
+                       json={"model": "large", "messages": MSG, "max_tokens": 16})
+        fig = final_energy(gw.v1, r.headers["x-joulegate-energy-id"])
+        assert fig["final"] and fig["net_j"] > 0  # the gateway's token was taken
+        assert not server.devices["cpu"].ledger.is_open("forged1")
+
+
+def test_a_window_belongs_to_the_gateway_that_opened_it(
+        workers: Workers) -> None:
+    catalog = catalog_for([workers.small], [workers.large])
+    with running_agent(catalog, token=TOKEN) as (url, server):
+        ledger = server.devices["cpu"].ledger
+        opened = _batch(url, [{"call": "open", "device": "cpu", "windows": ["w-a", "w-b"]}],
+                        gateway="gw-1").json()["results"][0]
+        assert opened["body"]["windows"] == ["w-a", "w-b"]
+        other = _batch(url, [{"call": "close", "device": "cpu", "window": "w-a",
+                              "points": [[0.0, 10, 1]]}], gateway="gw-2")
+        assert other.json()["results"][0]["status"] == 404  # another gateway's window
+        assert ledger.is_open("w-a")
+        # claims that cannot be true: the window closes with no work, 400
+        for wid, points in (("w-a", [[0.0, 10, 5_000_000]]),   # a million answer tokens/s
+                            ("w-b", [[0.0, 10, 5], [0.1, 3, 6]])):  # counts going down
+            r = _batch(url, [{"call": "close", "device": "cpu", "window": wid,
+                              "points": points}], gateway="gw-1")
+            result = r.json()["results"][0]
+            assert result["status"] == 400, result
+            assert not ledger.is_open(wid)
+        fine = _batch(url, [{"call": "open", "device": "cpu", "windows": ["w-c"]},
+                            {"call": "close", "device": "cpu", "window": "w-c",
+                             "points": [[0.0, 12, 0], [0.05, 12, 3]]}], gateway="gw-1")
+        assert [x["status"] for x in fine.json()["results"]] == [200, 200]
+
+
+def test_a_gateway_holds_a_bounded_number_of_open_windows(
+        workers: Workers, monkeypatch: pytest.MonkeyPatch) -> None:
+    import telemetry.agent
+
+    monkeypatch.setattr(telemetry.agent, "MAX_OPEN_WINDOWS", 5)
+    catalog = catalog_for([workers.small], [workers.large])
+    with running_agent(catalog, token=TOKEN) as (url, _):
+        names = [f"n{i}" for i in range(8)]
+        got = _batch(url, [{"call": "open", "device": "cpu", "windows": names}],
+                     gateway="greedy").json()["results"][0]["body"]["windows"]
+        assert got == names[:5]
+        other = _batch(url, [{"call": "open", "device": "cpu", "windows": ["x1"]}],
+                       gateway="other").json()["results"][0]["body"]["windows"]
+        assert other == ["x1"]  # one gateway's windows never starve another's
+        _batch(url, [{"call": "close", "device": "cpu", "window": "n0", "points": []}],
+               gateway="greedy")
+        again = _batch(url, [{"call": "open", "device": "cpu", "windows": ["n8", "n9"]}],
+                       gateway="greedy").json()["results"][0]["body"]["windows"]
+        assert again == ["n8"]
+
+
 def test_agent_down_never_fails_a_request(workers: Workers) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with run_gateway(catalog_for([workers.small], [workers.large]), agent_url=dead) as gw:

@@ -25,7 +25,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import yaml
 
 from tests.integration.conftest import free_port
 from tests.integration.panels import panel_failures, workload
@@ -42,6 +41,7 @@ class Stack:
     env: dict[str, str]
     gateway: str
     prometheus: str
+    agent: str
 
     def compose(self, *args: str, timeout_s: float = 600) -> str:
         out = subprocess.run(
@@ -97,12 +97,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {**os.environ, "GATEWAY_ADDR": "127.0.0.1", "ADMIN_ADDR": "127.0.0.1",
            **{k: str(v) for k, v in ports.items()}}
     s = Stack(env, f"http://127.0.0.1:{ports['GATEWAY_PORT']}",
-              f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}")
+              f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}",
+              f"http://127.0.0.1:{ports['AGENT_PORT']}")
     s.compose("down", "-v", "--remove-orphans")
-    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    cpu = [n for n, svc in services.items() if "cpu" in svc.get("profiles", [])]
     try:
-        s.compose("up", "-d", "--no-build", *cpu, "prometheus")
+        # As deploy/compose-offline.sh starts it: the cpu profile and what has
+        # no profile (Prometheus); Grafana's profile stays off.
+        s.compose("up", "-d", "--no-build")
         _wait_healthy(s)
         yield s
     finally:
@@ -140,6 +141,18 @@ def test_the_composed_gateway_answers_the_openai_client_with_metered_energy(
     agent_devices = httpx.get(stack.prometheus + "/api/v1/query", params={
         "query": 'joulegate_device_energy_joules_total{job="joulegate-agent"}'}).json()
     assert agent_devices["data"]["result"], agent_devices
+    # ... which takes window calls only with the token it shares with the gateway
+    forged = httpx.post(stack.agent + "/v1/windows/batch", json={"calls": []})
+    assert forged.status_code == 401, forged.text
+
+
+def test_grafana_is_optional_and_the_key_reads_without_a_terminal(stack: Stack) -> None:
+    running = subprocess.run([DOCKER, "ps", "--format", "{{.Names}}"], capture_output=True,
+                             text=True, check=True).stdout
+    assert PROJECT in running and "grafana" not in running
+    key = stack.read(f"{STATE}/first-key")
+    assert key.endswith("\n") and "\r" not in key
+    assert "exec -T gateway" in stack.compose("logs", "gateway-cpu")
 
 
 def test_prometheus_scrapes_every_target_and_every_panel_has_data(stack: Stack) -> None:
