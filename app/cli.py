@@ -55,9 +55,11 @@ def _serve(args: argparse.Namespace) -> int:
             or not _sources_work(catalog, settings) or not _agent_token_readable(settings):
         return 2
     if args.workers <= 1:
+        from app.http.connection import uvicorn_options
+
         uvicorn.run(create_app(settings, catalog), host=host, port=port,
-                    log_level=settings.log_level, access_log=False, server_header=False,
-                    proxy_headers=False)  # no X-Forwarded-* rewriting: no client address is read
+                    log_level=settings.log_level,
+                    **uvicorn_options(settings.head_timeout_seconds))
         return 0
     return _serve_processes(args.workers, settings, catalog, host, port)
 
@@ -261,7 +263,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
         "PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="joulegate-metrics-"))
     os.environ.update(env)
     return serve_processes(
-        ServeConfig("app.factory:app_from_env", host, port, settings.log_level), sockets)
+        ServeConfig("app.factory:app_from_env", host, port, settings.log_level,
+                    settings.head_timeout_seconds), sockets)
 
 
 def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1",

@@ -95,6 +95,14 @@ def overloaded(backend: str, queued: int) -> ApiError:
     )
 
 
+def over_share(key: str, held: int) -> ApiError:
+    return ApiError(
+        429, f"Key '{key}' holds its share of the gateway's capacity ({held} requests) "
+             "while other keys wait; retry shortly", "rate_limit_error", None,
+        "key_over_share", _retry_after(1.0),
+    )
+
+
 def invalid_api_key() -> ApiError:
     return ApiError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
                     "invalid_request_error", None, "invalid_api_key",
@@ -187,6 +195,16 @@ def body_too_large(limit_bytes: int) -> ApiError:
 def body_timeout(seconds: float) -> ApiError:
     return ApiError(408, f"The request body did not arrive within {seconds:g} s",
                     "invalid_request_error", None, "body_timeout", {"connection": "close"})
+
+
+def head_timeout(seconds: float) -> ApiError:
+    return ApiError(408, f"The request's head did not arrive within {seconds:g} s",
+                    "invalid_request_error", None, "head_timeout", {"connection": "close"})
+
+
+def malformed_http(detail: str) -> ApiError:
+    return ApiError(400, f"Not an HTTP/1.1 request: {detail}", "invalid_request_error",
+                    None, "malformed_http", {"connection": "close"})
 
 
 def unsupported_media_type(content_type: str | None) -> ApiError:

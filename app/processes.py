@@ -118,6 +118,7 @@ class ServeConfig:
     host: str
     port: int
     log_level: str
+    head_timeout_s: float = 10.0
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -139,11 +140,12 @@ def _serve(config: ServeConfig, sock: socket.socket) -> None:
     """One gateway process (spawned): uvicorn on its own socket."""
     import uvicorn
 
-    # proxy_headers: no X-Forwarded-* rewriting per request (no client address is read)
+    from app.http.connection import uvicorn_options
+
     uvicorn.Server(uvicorn.Config(
         config.app, factory=True, host=config.host, port=config.port,
-        log_level=config.log_level, access_log=False, server_header=False,
-        proxy_headers=False)).run(sockets=[sock])
+        log_level=config.log_level, **uvicorn_options(config.head_timeout_s),
+    )).run(sockets=[sock])
 
 
 @dataclass

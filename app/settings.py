@@ -22,7 +22,9 @@ class Settings(BaseSettings):
     # Host names answered (comma-separated, * for any); unset: loopback names
     # when serving a loopback address (DNS rebinding), any otherwise.
     allowed_hosts: str | None = None
-    # The longest a request's body may take to arrive (then 408, connection closed).
+    # The longest a request's head (request line and headers) and then its
+    # body may each take to arrive (then 408, connection closed).
+    head_timeout_seconds: float = Field(default=10.0, gt=0)
     body_timeout_seconds: float = Field(default=10.0, gt=0)
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     # A worker's first byte (its queue wait and prefill), then the longest

@@ -13,22 +13,24 @@ from app.tenancy.keys import ADMIN_ID, ApiKey, KeyStore
 from app.tenancy.spend import period_end
 
 
-def authorize(gw: Gateway, request: Request, generates: bool = True) -> ApiKey | None:
+def authorize(gw: Gateway, request: Request, generates: bool = True,
+              rated: bool | None = None) -> ApiKey | None:
     """The request's API key (None when the gateway runs open); 401 without a
     valid one. For a request that `generates`: 429 with Retry-After when the
-    key's energy budget is spent or it is over its rates."""
+    key's energy budget is spent; for one that is `rated` (by default, those
+    that generate): when it is over its rates."""
     if gw.keys is None or not gw.keys.active():
         return None
     scheme, _, secret = (header(request, b"authorization") or "").partition(" ")
     key = gw.keys.find(secret.strip()) if scheme.lower() == "bearer" and secret else None
     if key is None:
         raise invalid_api_key()
-    if not generates:
-        return key
-    if key.joule_budget is not None and gw.spend is not None \
+    if generates and key.joule_budget is not None and gw.spend is not None \
             and gw.spend.spent_j(key) >= key.joule_budget:
         raise joule_budget_exceeded(key.joule_budget, key.budget_period,
                                     period_end(key.budget_period, time.time()))
+    if not (generates if rated is None else rated):
+        return key
     refusal = gw.limits.admit(key)
     if refusal is not None:
         raise rate_limited(refusal.limit, refusal.retry_after_s)

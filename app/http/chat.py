@@ -55,7 +55,7 @@ async def chat(request: Request) -> Response:
         fw = gw.planner.plan(Ask(
             req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
             _wants_usage(req.stream_options), received, key, request.is_disconnected))
-    return response(await answer(gw.proxy, fw))
+    return response(await gw.answered(fw, lambda: answer(gw.proxy, fw)))
 
 
 async def completions(request: Request) -> Response:
@@ -79,13 +79,15 @@ async def completions(request: Request) -> Response:
             req.model, q, Needs(tokens=req.token_limit), "/v1/completions", body_for,
             req.stream, _wants_usage(req.stream_options), received, key,
             request.is_disconnected))
-    return response(await gw.proxy.forward(fw))
+    return response(await gw.answered(fw, lambda: gw.proxy.forward(fw)))
 
 
 async def route(request: Request) -> Response:
-    """A dry run: the decision for a chat body, explained; nothing is forwarded."""
+    """A dry run: the decision for a chat body, explained; nothing is forwarded.
+    Under the key's rules: its models, and its request rate (a dry run runs
+    the router, so it counts as a request)."""
     gw = gateway_of(request)
-    key = authorize(gw, request, generates=False)
+    key = authorize(gw, request, generates=False, rated=True)
     raw = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
     _, req, q, needs = _chat_query(request, gw, raw)
     if key is not None and key.models is not None and req.model not in key.models:

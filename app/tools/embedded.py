@@ -17,6 +17,7 @@ import uvicorn
 from app.catalog import Catalog
 from app.factory import Seams, create_app
 from app.http.asgi import GatewayApp
+from app.http.connection import uvicorn_options
 from app.settings import Settings
 
 
@@ -54,9 +55,11 @@ def _serving(catalog: Catalog, seams: Seams | None, settings: dict[str, Any]
     seams = seams or Seams()
     port = free_port()
     settings.setdefault("health_interval_seconds", 0.5)
-    app = create_app(Settings(port=port, **settings), catalog, seams)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    configured = Settings(port=port, **settings)
+    app = create_app(configured, catalog, seams)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+        **uvicorn_options(configured.head_timeout_seconds)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

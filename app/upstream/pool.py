@@ -175,6 +175,15 @@ class ReplicaPool:
         """The most requests the backends hold and queue together."""
         return self._limit
 
+    def backend_load(self, backend: str) -> int:
+        """Requests holding or waiting for a slot of `backend`."""
+        return sum(s.outstanding for s in self._states[backend]) + len(self._queues[backend])
+
+    def backend_limit(self, backend: str) -> int:
+        """The most requests `backend` holds and queues."""
+        states = self._states[backend]
+        return sum(s.capacity for s in states) + states[0].backend.max_queue
+
     def accepts(self, backend: str) -> bool:
         """Whether a new request can be sent to `backend` now (up and not saturated)."""
         return self.backend_up(backend) and not self.backend_saturated(backend)

@@ -445,3 +445,113 @@ def test_the_guard_refuses_foreign_hosts_encoded_slashes_and_header_floods(
     flood = {f"x-h{i}": "v" for i in range(150)}
     assert_envelope(chat(gw, ok, headers=flood), 431, "headers_too_large")
     assert httpx.get(gw.url + "/healthz", headers={"host": "evil.example"}).status_code == 421
+
+
+def test_slow_heads_are_cut_off_at_the_deadline(fakes: FakeWorkers) -> None:
+    """Slowloris: connections that send their headers a byte at a time (uvicorn
+    has no deadline for them) get a 408 in the envelope and are closed; one
+    that never sends a byte is closed without an answer; others are served."""
+    import socket
+
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60,
+                     head_timeout_seconds=1.0) as g:
+        port = int(g.url.rsplit(":", 1)[1])
+        slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(40)]
+        for s in slow:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nx-a: ")
+        silent = socket.create_connection(("127.0.0.1", port))
+        started = time.monotonic()
+        for _ in range(3):  # a byte every 0.4 s: each one would have reset a timer
+            time.sleep(0.4)
+            for s in slow:
+                s.sendall(b"a")
+        assert chat(g, {"model": "small", "messages": MSG}).status_code == 200
+        for s in slow:
+            s.settimeout(5)
+            raw = b""
+            while chunk := s.recv(4096):
+                raw += chunk
+            head, _, body = raw.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408"), head[:80]
+            assert json.loads(body)["error"]["code"] == "head_timeout"
+            s.close()
+        assert time.monotonic() - started < 4
+        silent.settimeout(5)
+        assert silent.recv(4096) == b""  # closed, no answer to a request never sent
+        silent.close()
+        # a kept-alive connection between requests is not cut off by the head deadline
+        with httpx.Client() as client:
+            for _ in range(2):
+                r = client.post(g.v1 + "/chat/completions", json={"model": "small",
+                                                                   "messages": MSG})
+                assert r.status_code == 200
+                time.sleep(1.2)
+
+
+def test_what_is_not_http_gets_the_envelope(gw: RunningGateway) -> None:
+    import socket
+
+    port = int(gw.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"GARBAGE / NOT-HTTP\r\n\r\n")
+        s.settimeout(5)
+        raw = b""
+        while chunk := s.recv(4096):
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
+    assert json.loads(body)["error"]["code"] == "malformed_http"
+
+
+def test_one_key_cannot_hold_every_slot_while_another_waits(
+        fakes: FakeWorkers, tmp_path: Any) -> None:
+    """Key A keeps the gateway full with long requests, sending a new one as
+    each ends; key B, refused once by the full gateway, gets in as A is held
+    to its share (before: B got 429 for as long as A kept sending)."""
+    from app.tenancy.keys import KeyStore
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.3)
+        return httpx.Response(200, content=sse_answer(3),
+                              headers={"content-type": "text/event-stream"})
+
+    fakes.behaviour[SMALL] = slow
+    catalog = fake_catalog()
+    tight = catalog.with_backends([b.model_copy(update={  # 4 slots, no queue
+        "max_queue": 0, "replicas": [r.model_copy(update={"max_concurrency": 2})
+                                     for r in b.replicas]}) for b in catalog.backends])
+    database = f"sqlite:///{tmp_path / 'keys.db'}"
+    store = KeyStore(database)
+    _, a = store.create("team-a")
+    _, b = store.create("team-b")
+    with run_gateway(tight, fakes.seams(), health_interval_seconds=60, state_dir=tmp_path,
+                     database_url=database) as g:
+        stop = time.monotonic() + 4.0
+
+        def flood() -> list[int]:
+            codes = []
+            with httpx.Client(timeout=10) as c:
+                while time.monotonic() < stop:
+                    r = c.post(g.v1 + "/chat/completions", json={
+                        "model": "small", "messages": MSG},
+                        headers={"authorization": f"Bearer {a}"})
+                    codes.append(r.status_code)
+            return codes
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            floods = [pool.submit(flood) for _ in range(6)]
+            time.sleep(0.8)  # A holds every small slot
+            b_codes = []
+            with httpx.Client(timeout=10) as c:
+                while time.monotonic() < stop - 0.5:
+                    r = c.post(g.v1 + "/chat/completions", json={
+                        "model": "small", "messages": MSG},
+                        headers={"authorization": f"Bearer {b}"})
+                    b_codes.append(r.status_code)
+                    if r.status_code == 429:
+                        time.sleep(0.05)
+            a_codes = [code for f in floods for code in f.result()]
+        assert b_codes.count(200) >= 3, b_codes
+        assert a_codes.count(200) >= 10 and 429 in a_codes
+        over = [r for r in a_codes if r == 429]
+        assert over  # A was told to wait its turn (key_over_share or overloaded)
