@@ -44,6 +44,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                          "later commits against 078ad59", ""),
     "ab-same-code-c1.json": (AB + " --rounds 4", "A/A: the same commit on both sides, this "
                              "VM's bias between the sides (this side ~0.04 ms dearer)", ""),
+    "ab-head-deadline-c1.json": (AB + " --rounds 4", "the head deadline protocol, agent "
+                                 "token and fair-share commits against 0c43ea8", ""),
+    "ab-agent-token-w2-c50.json": (AB + " --workers 2 --connections 50",
+                                   "agent token and window owners (serve --workers) against "
+                                   "0c43ea8", ""),
     "ab-http1-c50.json": (AB + " --connections 50", "the own HTTP/1.1 client against httpx", ""),
     "ab-lazy-explain-auto-c50.json": (AB + " --model auto --connections 50",
                                       "decisions explained only for /v1/route", ""),

@@ -31,7 +31,7 @@ from app.forward.watch import shielded
 from app.metering.meter import Meter
 from app.tenancy.spend import UsageRow
 from app.upstream.client import Upstream, UpstreamError, UpstreamResponse
-from app.upstream.pool import NoReplica, ReplicaPool, ReplicaState
+from app.upstream.pool import Ejected, NoReplica, ReplicaPool, ReplicaState
 from router.decision import Decision
 from router.loopguard import LoopGuard
 from telemetry.metrics import Metrics
@@ -109,10 +109,12 @@ class Exchange:
             if window is not None and fw.key is not None:
                 self._own(window, fw.key.id)
             try:
-                self.response = await self.parts.upstream.post_again_if_reset(
-                    state.replica.base + fw.path, payload)
+                async with state.unless_ejected():
+                    self.response = await self.parts.upstream.post_again_if_reset(
+                        state.replica.base + fw.path, payload)
             except UpstreamError as exc:
-                pool.report(state, ok=False)
+                if not isinstance(exc, Ejected):  # its breaker has counted it already
+                    pool.report(state, ok=False)
                 pool.release(state)
                 await self.parts.meter.abandon(window)
                 if exc.kind in ("timeout", "broken"):

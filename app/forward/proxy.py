@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from app import jsonio
@@ -52,11 +52,11 @@ class Proxy:
         assert ex.response is not None
         if ex.response.status != 200:
             return await self.upstream_error(ex, headers)
-        if ex.fw.stream:
-            # The background task ends the exchange even if the client left before
-            # the stream was ever iterated (the generator's own exit never ran).
-            return Streamed(headers, self._stream(ex), ex.end)
         try:
+            if ex.fw.stream:
+                # The background task ends the exchange even if the client left
+                # before the stream was ever iterated (the generator's exit never ran).
+                return Streamed(headers, await self._stream_begun(ex), ex.end)
             return await self._collect_watched(ex, headers)
         except NoAnswer as exc:
             # Nothing reached the client yet: the next plan without this backend.
@@ -64,9 +64,30 @@ class Proxy:
                 ex.fw.ask, frozenset({ex.fw.decision.backend}))
             if nxt is None:
                 raise from_upstream(ex.fw.decision.backend, exc) from None
-            log.warning("%s answered no events: failing over to %s", ex.fw.decision.backend,
-                        nxt.decision.backend)
+            log.warning("%s gave no answer (%s): failing over to %s", ex.fw.decision.backend,
+                        exc.detail, nxt.decision.backend)
             return await self.forward(nxt)
+
+    async def _stream_begun(self, ex: Exchange) -> AsyncGenerator[bytes, None]:
+        """The stream to relay. Where the plan may fail over (`auto`, tiers),
+        its first event is awaited first: a worker that fails, answers
+        nothing or is ejected before it raises NoAnswer, and the request goes
+        elsewhere as if it had never been sent (nothing reached the client)."""
+        events = self._stream(ex)
+        if ex.fw.ask is None:
+            return events
+        assert ex.state is not None
+        try:
+            async with ex.state.unless_ejected():
+                first = await anext(events)
+        except NoAnswer:
+            raise
+        except UpstreamError as exc:  # Ejected: the wait was cut inside the stream
+            ex.failed("upstream_unavailable")  # (recorded after this turn of the loop)
+            await events.aclose()
+            await ex.end()
+            raise NoAnswer(exc.kind, exc.detail) from None
+        return _after(first, events)
 
     async def begin(self, fw: Forward, count: bool = True) -> Exchange:
         """A started exchange. For `auto` and tiers, a backend that cannot take
@@ -119,13 +140,26 @@ class Proxy:
         err = upstream_rejected(ex.fw.decision.backend, status, _worker_message(raw))
         return Whole(err.status, jsonio.dumps(err.body()), {**headers, **err.headers})
 
-    async def _stream(self, ex: Exchange) -> AsyncIterator[bytes]:
+    async def _stream(self, ex: Exchange) -> AsyncGenerator[bytes, None]:
+        """The worker's events relayed. Before the first one, a failure (or an
+        answer with none) raises NoAnswer where the plan may fail over; after
+        it, or for a backend asked for by name, it ends the stream with an
+        error event."""
+        may_fail_over = ex.fw.ask is not None
+        sent = False
         async with ex:
             try:
                 async for event, _ in ex.events():
+                    sent = True
                     yield event
+                if not sent and ex.usage_event is None:
+                    ex.failed("upstream_invalid")
+                    raise NoAnswer("broken", "the worker's answer held no events")
             except UpstreamError as exc:
-                ex.failed(f"upstream_{exc.kind}")
+                ex.failed("upstream_invalid" if isinstance(exc, NoAnswer)
+                          else f"upstream_{exc.kind}")
+                if may_fail_over and not sent:
+                    raise NoAnswer(exc.kind, exc.detail) from None
                 yield from_upstream(ex.fw.decision.backend, exc).sse_event()
         if ex.fw.client_wants_usage:
             final = ex.usage_event or {**ex.last_chunk(), "choices": []}
@@ -178,6 +212,16 @@ class Proxy:
     async def drain(self, timeout_s: float = 5.0) -> None:
         """Shutting down: the final figures of requests already answered."""
         await self.parts.meter.drain(timeout_s)
+
+
+async def _after(first: bytes, rest: AsyncGenerator[bytes, None]
+                 ) -> AsyncGenerator[bytes, None]:
+    try:
+        yield first
+        async for event in rest:
+            yield event
+    finally:
+        await rest.aclose()
 
 
 def response_headers(fw: Forward) -> dict[str, str]:

@@ -17,10 +17,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from types import TracebackType
 
 from app.catalog import Backend, Catalog, Replica
 from app.upstream.breaker import Breaker
-from app.upstream.client import Upstream, UpstreamFault
+from app.upstream.client import Upstream, UpstreamError, UpstreamFault
 
 log = logging.getLogger("joulegate.pool")
 
@@ -42,6 +43,11 @@ class Overloaded(UpstreamFault):
         self.backend = backend
 
 
+class Ejected(UpstreamError):
+    """The replica's breaker opened while a request waited on it for its
+    first byte (a hung worker): nothing was answered, so it may go elsewhere."""
+
+
 @dataclass
 class ReplicaState:
     backend: Backend
@@ -49,10 +55,42 @@ class ReplicaState:
     breaker: Breaker = field(default_factory=Breaker)
     outstanding: int = 0
     order: int = 0
+    # The waits (for a first byte) that end when the breaker opens.
+    watches: set[asyncio.Timeout] = field(default_factory=set)
 
     @property
     def capacity(self) -> int:
         return self.replica.max_concurrency
+
+    def unless_ejected(self) -> EjectionWatch:
+        return EjectionWatch(self)
+
+
+class EjectionWatch:
+    """`async with state.unless_ejected():` the wait inside raises Ejected as
+    soon as the replica's breaker opens (its health probes failing while the
+    worker hangs), instead of waiting out the first-byte timeout. An asyncio
+    timeout with no deadline, brought forward by the pool: no task, and
+    asyncio's own cancellation bookkeeping."""
+
+    __slots__ = ("_state", "_timeout")
+
+    def __init__(self, state: ReplicaState) -> None:
+        self._state = state
+        self._timeout = asyncio.timeout(None)
+
+    async def __aenter__(self) -> None:
+        await self._timeout.__aenter__()
+        self._state.watches.add(self._timeout)
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._state.watches.discard(self._timeout)
+        try:
+            await self._timeout.__aexit__(kind, exc, tb)
+        except TimeoutError:
+            raise Ejected("unavailable", f"{self._state.replica.base} was ejected (its "
+                          "health checks fail) while the request waited for it") from None
 
 
 class ReplicaPool:
@@ -152,6 +190,11 @@ class ReplicaPool:
         if s.breaker.state != was:
             log.warning("replica %s of %s: %s -> %s", s.replica.base, s.backend.name, was,
                         s.breaker.state)
+            if s.breaker.state == "open" and s.watches:
+                log.warning("replica %s: %d requests waiting on it go elsewhere",
+                            s.replica.base, len(s.watches))
+                for waiting in list(s.watches):
+                    waiting.reschedule(-1.0)  # ends the wait now: Ejected
 
     # -- views ------------------------------------------------------------
     def backend_up(self, backend: str, exclude: Collection[int] = ()) -> bool:

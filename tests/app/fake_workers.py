@@ -67,12 +67,15 @@ class FakeWorkers:
     behaviour: dict[str, Behaviour] = field(default_factory=dict)
     seen: list[tuple[str, str]] = field(default_factory=list)
     down: set[str] = field(default_factory=set)
+    hung: set[str] = field(default_factory=set)  # take connections, never answer
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         base = f"{request.url.scheme}://{request.url.host}:{request.url.port}"
         self.seen.append((base, request.url.path))
         if base in self.down:
             raise httpx.ConnectError("connection refused", request=request)
+        if base in self.hung:
+            await asyncio.sleep(60)
         if request.url.path == "/health":
             return httpx.Response(200, json={"status": "ok"})
         return await self.behaviour.get(base, answer)(request)

@@ -412,19 +412,30 @@ def test_slow_bodies_hold_no_capacity_and_are_cut_off(fakes: FakeWorkers) -> Non
 def test_malformed_and_endless_events_end_in_the_envelope(fakes: FakeWorkers,
                                                          stream: bool) -> None:
     """Events whose choices are no list, and one event of more than 1 MiB:
-    a 502 in the envelope, or a stream that ends with an error event and [DONE]."""
-    def answering(raw: bytes) -> object:
+    a 502 in the envelope, or, once a stream has sent an event, a stream
+    that ends with an error event and [DONE]."""
+    def answering(raw: bytes | tuple[bytes, bytes]) -> object:
         async def handler(request: httpx.Request) -> httpx.Response:
-            return httpx.Response(200, content=raw, headers={"content-type": "text/event-stream"})
+            async def chunks() -> Any:  # the first event in a chunk of its own
+                for part in raw:
+                    yield part
+            content = chunks() if isinstance(raw, tuple) else raw
+            return httpx.Response(200, content=content,
+                                  headers={"content-type": "text/event-stream"})
         return handler
 
+    first = sse_answer(2).split(b"\n\n")[0] + b"\n\n"  # one good event
     bad = {"malformed": b'data: {"choices": 5}\n\n' + sse_answer(2),
-           "endless": b"data: " + b"x" * (2 * 1024 * 1024)}
+           "endless": b"data: " + b"x" * (2 * 1024 * 1024),
+           "malformed later": first + b'data: {"choices": 5}\n\n',
+           "endless later": (first, b"data: " + b"x" * (2 * 1024 * 1024))}
     with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60) as g:
-        for raw in bad.values():
+        for name, raw in bad.items():
+            for state in g.app.state.gateway.planner.pool.all_states():
+                state.breaker.success()  # each case on a closed breaker
             fakes.behaviour[SMALL] = answering(raw)  # type: ignore[assignment]
             r = chat(g, {"model": "small", "messages": MSG, "stream": stream})
-            if not stream:
+            if not stream or "later" not in name:  # nothing sent yet: a whole error
                 assert_envelope(r, 502)
                 continue
             assert r.status_code == 200
@@ -555,3 +566,59 @@ def test_one_key_cannot_hold_every_slot_while_another_waits(
         assert a_codes.count(200) >= 10 and 429 in a_codes
         over = [r for r in a_codes if r == 429]
         assert over  # A was told to wait its turn (key_over_share or overloaded)
+
+
+class _Broken(httpx.AsyncByteStream):
+    """A 200 whose body fails before its first event."""
+
+    async def __aiter__(self) -> Any:
+        raise httpx.RemoteProtocolError("peer closed connection")
+        yield b""
+
+
+@pytest.mark.parametrize("kind", ["garbage", "empty", "dropped"])
+def test_a_stream_failing_before_its_first_event_fails_over(fakes: FakeWorkers,
+                                                            kind: str) -> None:
+    """Nothing reached the client yet, so `auto` sends the stream elsewhere
+    (it was cut off, or streamed back as an empty success); a tier whose only
+    backend failed gets a 502 in the envelope, not a 200 stream of an error."""
+    async def failing(request: httpx.Request) -> httpx.Response:
+        sse = {"content-type": "text/event-stream"}
+        if kind == "garbage":
+            return httpx.Response(200, content=b"\x00 not an answer \xff", headers=sse)
+        if kind == "empty":
+            return httpx.Response(200, content=b"", headers=sse)
+        return httpx.Response(200, stream=_Broken(), headers=sse)
+
+    fakes.behaviour[SMALL] = failing
+    cheapest = {"x-joulegate-policy": "min-energy"}
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60) as g:
+        r = chat(g, {"model": "auto", "messages": MSG, "stream": True}, headers=cheapest)
+        assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large"
+        assert fakes.posts_to(SMALL) == 1 and "w0" in r.text and r.text.endswith(
+            "data: [DONE]\n\n")
+        assert_envelope(chat(g, {"model": "small", "messages": MSG, "stream": True}), 502)
+
+
+def test_requests_waiting_on_a_hung_worker_go_elsewhere(fakes: FakeWorkers) -> None:
+    """A worker that takes connections and never answers (health checks
+    included): the requests already waiting on it leave as soon as its
+    breaker opens (two failed probes), instead of waiting out the first-byte
+    timeout; a stream too."""
+    fakes.hung.add(SMALL)
+    cheapest = {"x-joulegate-policy": "min-energy"}
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=0.3,
+                     first_byte_timeout_seconds=60) as g:
+        fakes.hung.discard(SMALL)
+        assert chat(g, {"model": "small", "messages": MSG}).status_code == 200
+        fakes.hung.add(SMALL)  # hangs from now on: a request waits on it
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            started = time.monotonic()
+            waiting = [pool.submit(chat, g, {"model": "auto", "messages": MSG,
+                                             "stream": stream}, headers=cheapest)
+                       for stream in (False, True)]
+            for f in waiting:
+                r = f.result()
+                assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large", \
+                    r.text
+            assert time.monotonic() - started < 5  # two probes, not 60 s
