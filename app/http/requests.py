@@ -202,7 +202,7 @@ def validate_chat(body: dict[str, Any]) -> ChatRequest:
 class NewKey(BaseModel):
     """POST /v1/admin/keys."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     rpm: int | None = Field(default=None, gt=0, le=MAX_RATE)
     tpm: int | None = Field(default=None, gt=0, le=MAX_RATE)

@@ -18,7 +18,8 @@ def build_routes() -> APIRouter:
                       openapi_extra=request_body(CompletionRequest), responses=generation)
     api.add_api_route("/v1/route", chat.route, methods=["POST"],
                       openapi_extra=request_body(ChatRequest), responses=ERROR_RESPONSES)
-    api.add_api_route("/v1/models", health.models, methods=["GET"])
+    api.add_api_route("/v1/models", health.models, methods=["GET"],
+                      responses=ERROR_RESPONSES)
     api.add_api_route("/v1/energy/{device}/{wid}", admin.energy, methods=["GET"],
                       responses=ERROR_RESPONSES)
     api.add_api_route("/v1/usage", admin.usage, methods=["GET"], responses=ERROR_RESPONSES)
@@ -31,6 +32,7 @@ def build_routes() -> APIRouter:
     api.add_api_route("/v1/admin/keys/{name}/revoke", admin.revoke_key, methods=["POST"],
                       responses=ERROR_RESPONSES)
     api.add_api_route("/healthz", health.healthz, methods=["GET"])
-    api.add_api_route("/readyz", health.readyz, methods=["GET"])
+    api.add_api_route("/readyz", health.readyz, methods=["GET"], responses={503: {
+        "description": "Not ready: no backend can take requests (the same body)"}})
     api.add_api_route("/metrics", health.metrics, methods=["GET"], responses=TEXT_RESPONSE)
     return api
