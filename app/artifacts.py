@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import router
+from app.catalog import Catalog
 from router.classifier import Classifier
 from router.complexity import ComplexityModel
 from router.curves import Curve
@@ -40,6 +41,25 @@ def save_classifier(classifier: Classifier, path: Path) -> None:
 
 def load_curve(path: Path) -> Curve:
     return Curve.from_json(json.loads(path.read_text()))
+
+
+def curve_warnings(catalog: Catalog, said: dict[str, tuple[str | None, str | None]]
+                   ) -> list[str]:
+    """A line per backend whose curve was measured on other weights or another
+    engine build than its workers say they run (`said`: backend -> (weights,
+    build), from the workers or the models file's `weights`)."""
+    out = []
+    for b in catalog.backends:
+        if not b.curves:
+            continue
+        weights, build = said.get(b.name, (None, None))
+        differs = load_curve(catalog.path(b.curves)).measured_on_other(
+            weights or b.weights, build)
+        if differs:
+            out.append(f"{b.name}: serves {'; '.join(differs)}: its energy estimates and "
+                       f"routing are priced for other weights. Measure its own curve: "
+                       f"joulegate calibrate --backend {b.name} --out curves/")
+    return out
 
 
 def save_curve(curve: Curve, path: Path) -> None:

@@ -71,6 +71,9 @@ class Backend(_Strict):
     # continue_final_message; vLLM). Default: native on llamacpp, splice on vllm.
     thinking: Literal["native", "splice"] | None = None
     curves: str | None = None
+    # The weights' type (F16, Q4_K_M, AWQ...) where the engine does not say it
+    # (llama-server does, in /props): compared with what the curve was measured on.
+    weights: str | None = None
     # A request's room (prompt and answer), per slot; unset: read from the
     # worker at start-up (llama-server's /props, vLLM's max_model_len).
     context_tokens: int | None = Field(default=None, gt=0)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from app.artifacts import load_curve
+from app.artifacts import curve_warnings, load_curve
 from app.catalog import Catalog, Device, load_catalog
 from app.forward.exchange import Parts
 from app.forward.planner import Planner, RouterLike
@@ -160,7 +160,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         upstream = Upstream(transport, Timeouts(
             settings.connect_timeout_seconds, settings.first_byte_timeout_seconds,
             settings.between_chunks_timeout_seconds))
-        catalog = await learned_contexts(configured, upstream)
+        catalog, said = await learned_contexts(configured, upstream)
+        for line in curve_warnings(catalog, {n: (w.weights, w.build) for n, w in said.items()}):
+            log.warning("%s", line)
         log.info("backends: %s", "; ".join(
             f"{b.name} ({b.kind}, tier {b.tier}, model {b.model}, {len(b.replicas)} "
             f"replica{'s' if len(b.replicas) != 1 else ''})" for b in catalog.backends))

@@ -47,7 +47,7 @@ from telemetry.sampler import Sampler
 
 # (prompt tokens, completion tokens): mixed, as real traffic is.
 MIX = [(256, 64), (1024, 128), (128, 512), (2048, 256), (512, 1024), (4096, 64), (64, 768),
-       (1536, 384)]
+       (1536, 384), (64, 4), (32, 1)]  # the last two shorter than a counter step
 SAMPLE_HZ = 20.0
 VOCAB_MAX = 100000  # token ids drawn below this (the Llama-3 vocabulary has 128256)
 
@@ -77,10 +77,40 @@ def body(prompt: int, out: int, rng: random.Random) -> dict[str, Any]:
             "max_tokens": out, "ignore_eos": True, "cache_prompt": False, "temperature": 0}
 
 
-async def send(client: httpx.AsyncClient, gw: RunningGateway, b: dict[str, Any]) -> str:
+SENT: list[tuple[str, str, dict[str, Any]]] = []  # (phase, energy id, response usage)
+
+
+async def send(client: httpx.AsyncClient, gw: RunningGateway, b: dict[str, Any],
+               phase: str = "warm-up") -> str:
     r = await client.post(gw.v1 + "/completions", json=b, timeout=300)
     r.raise_for_status()
-    return r.headers["x-joulegate-energy-id"]
+    energy_id = r.headers["x-joulegate-energy-id"]
+    SENT.append((phase, energy_id, r.json().get("usage") or {}))
+    return energy_id
+
+
+async def response_vs_final(client: httpx.AsyncClient, gw: RunningGateway
+                            ) -> dict[str, Any]:
+    """The figure each response carried (`usage.energy_joules`, provisional
+    unless `energy_final`) against its final one, by phase (issue 24: the
+    response's figure is the best estimate when it is sent)."""
+    out: dict[str, Any] = {}
+    for phase in sorted({p for p, _, _ in SENT if p != "warm-up"}):
+        rel, final_in_response = [], 0
+        for _, eid, usage in (x for x in SENT if x[0] == phase):
+            final = (await final_figure(client, gw, eid))["net_j"]
+            final_in_response += bool(usage.get("energy_final"))
+            sent = usage.get("energy_joules")
+            if sent is not None and final > 0:
+                rel.append((sent - final) / final)
+        absolute = sorted(abs(x) for x in rel)
+        out[phase] = {
+            "n": len(rel), "final_when_sent": final_in_response,
+            "median_abs_rel_error": statistics.median(absolute) if absolute else None,
+            "p90_abs_rel_error": absolute[int(0.9 * (len(absolute) - 1))] if absolute else None,
+            "median_signed_rel_error": statistics.median(rel) if rel else None,
+        }
+    return out
 
 
 async def final_figure(client: httpx.AsyncClient, gw: RunningGateway, energy_id: str
@@ -101,7 +131,7 @@ async def alone(client: httpx.AsyncClient, gw: RunningGateway, bodies: list[dict
                 ) -> list[dict[str, Any]]:
     out = []
     for b in bodies:
-        eid = await send(client, gw, b)
+        eid = await send(client, gw, b, "alone")
         out.append(await final_figure(client, gw, eid))
         await asyncio.sleep(1.0)  # let the tail decay before the next one
     return out
@@ -125,7 +155,7 @@ async def concurrent(client: httpx.AsyncClient, gw: RunningGateway, ledger: Ledg
     before_t = ledger.totals()
     before_j, before_booked = await aligned(ledger, nvml)
     t0 = time.monotonic()
-    ids = await asyncio.gather(*(send(client, gw, b) for b in bodies))
+    ids = await asyncio.gather(*(send(client, gw, b, "concurrent") for b in bodies))
     wall = time.monotonic() - t0
     nets = [await final_net(client, gw, i) for i in ids]
     await asyncio.sleep(1.0)
@@ -175,6 +205,7 @@ async def measure(gw: RunningGateway, ledger: Ledger, nvml: NvmlReader) -> dict[
                  for a, b in zip(first_figs, second_figs, strict=True)]
         estimates = [f.get("standalone_j") for f in first_figs]
         runs = [await concurrent(client, gw, ledger, nvml, bodies) for _ in range(3)]
+        sent_vs_final = await response_vs_final(client, gw)
     per_run = [errors(r["nets"], ref) for r in runs]
     standalone: dict[str, Any] = {"standalone_estimate_median_abs_error": None}
     if all(e is not None for e in estimates):
@@ -184,6 +215,7 @@ async def measure(gw: RunningGateway, ledger: Ledger, nvml: NvmlReader) -> dict[
                       "standalone_estimate_j": estimates, "alone_gross_joules": gross}
     return {
         **standalone,
+        "response_vs_final": sent_vs_final,
         "attribution": "curve marginal token costs" if estimates[0] is not None
         else f"token counts, prefill weight {w:.4f}",
         "idle_power_w": ledger.idle_power_w,

@@ -47,11 +47,28 @@ class Curve:
     coef: tuple[float, ...]
     target: str = "gross"  # joules incl. the request's share of idle power
     fit: dict[str, Any] = field(default_factory=dict)
+    # What it was measured on, besides model, engine and device: the weights'
+    # type (F16, Q4_K_M; a 4-bit model costs other joules than the same at F16)
+    # and the engine's build (llama.cpp's b9246, vLLM 0.11.0).
+    weights: str = "unknown"
+    engine_build: str = "unknown"
 
     def __post_init__(self) -> None:
         if len(self.coef) != len(FEATURES):
             raise ValueError(f"curve {self.backend}: {len(self.coef)} coefficients, "
                              f"{len(FEATURES)} features")
+
+    def measured_on_other(self, weights: str | None, build: str | None) -> list[str]:
+        """How a backend serving `weights` with engine `build` (None: not
+        known) differs from what this curve was measured on, in words; empty
+        when nothing known differs."""
+        out = []
+        if weights and self.weights != "unknown" and weights_key(weights) != weights_key(
+                self.weights):
+            out.append(f"weights {weights} (the curve: {self.weights})")
+        if build and self.engine_build != "unknown" and build not in self.engine_build:
+            out.append(f"engine build {build} (the curve: {self.engine_build})")
+        return out
 
     def joules(self, prompt: float, completion: float, concurrency: float = 1.0) -> float:
         total: float = sum(map(operator.mul, self.coef, features(prompt, completion,
@@ -67,8 +84,17 @@ class Curve:
     def from_json(cls, d: dict[str, Any]) -> Curve:
         return cls(d["backend"], d["device"], d["engine"], d["model"], d["source"], d["date"],
                    tuple(float(c) for c in d["coef"]), d.get("target", "gross"),
-                   d.get("fit", {}))
+                   d.get("fit", {}), d.get("weights", "unknown"),
+                   d.get("engine_build", "unknown"))
 
+
+
+def weights_key(name: str) -> str:
+    """A weights' type, comparable across spellings: llama.cpp says
+    `Q4_K - Medium` where a file name says `Q4_K_M`."""
+    head, _, size = name.lower().partition(" - ")
+    short = {"medium": "m", "small": "s", "large": "l"}.get(size.strip(), "")
+    return "".join(c for c in head if c.isalnum()) + short
 
 
 def _lstsq(points: list[Point]) -> np.ndarray:
@@ -144,4 +170,5 @@ def fit_curve(points: list[Point], meta: dict[str, str], holdout_fraction: float
     coef = _lstsq(points)
     return Curve(meta["backend"], meta["device"], meta["engine"], meta["model"],
                  meta["source"], meta["date"], tuple(float(c) for c in coef),
-                 meta.get("target", "gross"), fit)
+                 meta.get("target", "gross"), fit, meta.get("weights", "unknown"),
+                 meta.get("engine_build", "unknown"))

@@ -138,6 +138,7 @@ class AgentServer:
         # how many each gateway holds open.
         self._owners: dict[tuple[str, str], str] = {}
         self._held: Counter[str] = Counter()
+        self._warned: set[str] = set()  # gateways whose claims were refused (logged once)
         self._server: asyncio.Server | None = None
         self._waiting: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._rates: dict[tuple[float, ...], TokenRates] = {}
@@ -280,7 +281,10 @@ class AgentServer:
         self._held[gateway] -= 1
         if isinstance(points, str):
             ledger.close(wid, [])  # no work: its claims are not believed
-            log.warning("gateway %s: window %s closed with no work: %s", gateway, wid, points)
+            if gateway not in self._warned:  # once per gateway: a bad one could flood the log
+                self._warned.add(gateway)
+                log.warning("gateway %s: window %s closed with no work: %s (later ones "
+                            "are not logged)", gateway, wid, points)
             return _error(400, points)
         return _figure(ledger.close(wid, points), wid)
 
@@ -338,6 +342,8 @@ class AgentServer:
                 if close:
                     return
         except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        except asyncio.CancelledError:  # shutting down: this connection's task ends
             return
         finally:
             writer.close()

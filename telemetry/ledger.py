@@ -6,14 +6,25 @@ over it, so a request shorter than a step gets its share of the step instead
 of 0 J or a whole step. For every span:
 
     idle  = min(E, idle_power_w x duration)        -> the idle account
-    net   = E - idle, split among the requests overlapping the span by their
-            marginal cost in it: the prompt and answer tokens each processed
-            in the span (interpolated from its token timeline), priced by its
-            backend's operating curve at its context length and the number of
-            requests running together (telemetry.rates; without a curve:
-            decode + w x prefill tokens); by overlap time when none did work
-            yet; and, when no request overlaps it, to the tail (unattributed)
-            account.
+    net   = E - idle; of it, the requests overlapping the span take all but
+            the background's share of the time no request covered (below),
+            split among them by their marginal cost in it: the prompt and
+            answer tokens each processed in the span (interpolated from its
+            token timeline), priced by its backend's operating curve at its
+            context length and the number of requests running together
+            (telemetry.rates; without a curve: decode + w x prefill tokens);
+            by overlap time when none did work yet. The rest, and a span no
+            request overlaps, goes to the tail (unattributed) account.
+
+The background is the net power of recent spans that no request overlapped,
+more than BACKGROUND_AFTER_S after the last request ended (so not a
+request's own ramp-down): load the requests did not cause (a neighbour's, on
+a machine-wide estimate or RAPL; other GPU tenants). A request shorter than
+a counter step takes the step's net energy less the background's for the
+part of the step it did not cover, and never less than its covered share:
+on an otherwise quiet device a short burst is charged in full (the counter
+saw nothing else), under a steady neighbour's load it is not charged a whole
+sample of that load.
 
 A span is settled once every request overlapping it has closed (their token
 timelines are complete), or `settle_lag_s` after it ended, using the progress
@@ -45,7 +56,10 @@ from dataclasses import dataclass
 
 from telemetry.rates import TOKEN_COUNTS, TokenRates
 from telemetry.timeline import EnergyFigure, Point
-from telemetry.window import Window, WindowNames, span_tokens
+from telemetry.window import Window, WindowNames, covered_s, span_tokens
+
+BACKGROUND_AFTER_S = 0.5  # a span this long after the last close shows background load
+BACKGROUND_HALF_LIFE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,8 @@ class Ledger:
         self._last_span: tuple[float, float, float] | None = None
         self._quiet_j = 0.0
         self._quiet_s_sum = 0.0
+        self._background_j = 0.0  # decayed sums over window-free spans (see above)
+        self._background_s = 0.0
         self.measured_j = 0.0
         self.attributed_j = 0.0
         self.idle_j = 0.0
@@ -270,6 +286,9 @@ class Ledger:
         idle_w = self._idle_w or 0.0
         idle = min(energy, idle_w * (b - a))
         net = energy - idle
+        if not wins:
+            self._learn_background(a, b, net)
+        attributable = self._attributable(a, b, net, wins)
         spans = [(w, *span_tokens(w, a, b)) for w in wins]
         # Requests of one backend doing work in the span: the curve's batch size.
         batch = Counter(w.rates for w, dp, dd, _ in spans if dp + dd > 0)
@@ -288,11 +307,11 @@ class Ledger:
                 f = w.overlap_s(a, b) / overlap_total
             else:
                 f = 0.0
-            shares[w.wid] = net * f
-            w.net_j += net * f
+            shares[w.wid] = attributable * f
+            w.net_j += attributable * f
             pre_f = pre / work if work > 0 else 0.0
-            w.prefill_j += net * f * pre_f
-            w.decode_j += net * f * (1 - pre_f)
+            w.prefill_j += attributable * f * pre_f
+            w.decode_j += attributable * f * (1 - pre_f)
             if wins:
                 w.idle_share_j += idle * w.overlap_s(a, b) / (b - a) / len(wins)
             w.settled_until = b
@@ -301,6 +320,26 @@ class Ledger:
         self.idle_j += idle
         self.unattributed_j += net - attributed
         self._learn(a, b, energy, wins)
+
+    def _attributable(self, a: float, b: float, net: float, wins: list[Window]) -> float:
+        """The part of a span's net energy its requests take: all but the
+        background's power over the time none of them covered, at least their
+        covered share."""
+        if not wins or net <= 0:
+            return 0.0 if not wins else net
+        covered = covered_s(wins, a, b)
+        uncovered = (b - a) - covered
+        if uncovered <= 0 or self._background_s <= 0:
+            return net
+        background_w = max(0.0, self._background_j / self._background_s)
+        return min(net, max(net * covered / (b - a), net - background_w * uncovered))
+
+    def _learn_background(self, a: float, b: float, net: float) -> None:
+        if a - self._last_close_t < BACKGROUND_AFTER_S:
+            return  # a request's own tail
+        decay = 0.5 ** ((b - a) / BACKGROUND_HALF_LIFE_S)
+        self._background_j = self._background_j * decay + net  # signed: jitter averages out
+        self._background_s = self._background_s * decay + (b - a)
 
     def _learn(self, a: float, b: float, energy: float, wins: list[Window]) -> None:
         """Refresh the idle baseline from spans long after the last request."""
@@ -316,22 +355,24 @@ class Ledger:
     def _figure(self, win: Window, provisional: bool) -> EnergyFigure:
         net, gross = win.net_j, win.net_j + win.idle_share_j
         if provisional and win.closed_at is not None:
-            extra = self._estimate_unsettled(win)
+            extra, idle_extra = self._estimate_unsettled(win)
             net += extra
-            gross += extra
+            gross += extra + idle_extra
         return EnergyFigure(
             net_j=net, gross_j=gross, source=self.source, final=win.final,
             prefill_j=win.prefill_j, decode_j=win.decode_j, standalone_j=win.standalone_j(),
         )
 
-    def _estimate_unsettled(self, win: Window) -> float:
-        """Net joules not yet settled, estimated in O(pending spans), which the
-        settle lag bounds: the pending spans' net energy over the window, then
-        the stretch since the last step at the latest span's net power, each
-        shared evenly with the requests running now."""
+    def _estimate_unsettled(self, win: Window) -> tuple[float, float]:
+        """Net joules not yet settled, and the idle share of that stretch,
+        estimated in O(pending spans), which the settle lag bounds: the
+        pending spans' net energy over the window, then the stretch since the
+        last step at the latest span's net power, each shared evenly with the
+        requests running now."""
         assert win.closed_at is not None
         idle_w = self._idle_w or 0.0
         end = max(win.settled_until, win.opened_at)
+        idle_extra = idle_w * max(0.0, win.closed_at - end) / (1 + self._open_count)
         extra = 0.0
         for a, b, energy in self._pending:
             if b <= end or a >= win.closed_at:
@@ -342,7 +383,7 @@ class Ledger:
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
             extra += max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
-        return extra / (1 + self._open_count)
+        return extra / (1 + self._open_count), idle_extra
 
     def _expire(self, now: float) -> None:
         for w in list(self._live.values()):

@@ -117,3 +117,16 @@ def span_tokens(w: Window, a: float, b: float) -> tuple[float, float, float]:
     pa, da = w.tokens_at(a)
     pb, db = w.tokens_at(b)
     return max(0.0, pb - pa), max(0.0, db - da), pb
+
+
+def covered_s(wins: list[Window], a: float, b: float) -> float:
+    """Seconds of [a, b] that at least one of the windows covers."""
+    spans = sorted((max(a, w.opened_at), b if w.closed_at is None else min(b, w.closed_at))
+                   for w in wins)
+    total, end = 0.0, a
+    for start, stop in spans:
+        start = max(start, end)
+        if stop > start:
+            total += stop - start
+            end = stop
+    return total

@@ -123,6 +123,12 @@ def merge_thinking(body: dict[str, Any], prior: Prior) -> None:
             message["reasoning_content"] = prior.thinking
 
 
+# What a source's figure covers: one GPU (NVML), or the whole machine (RAPL's
+# CPU package, the utilisation estimate): on a shared machine the latter
+# include a neighbour's load the ledger could not tell apart.
+SCOPES = {"nvml": "device", "rapl": "machine", "estimate": "machine"}
+
+
 def energy_fields(figure: EnergyFigure | None) -> dict[str, Any]:
     if figure is None:
         return {"energy_joules": None, "energy_source": "unavailable"}
@@ -130,6 +136,7 @@ def energy_fields(figure: EnergyFigure | None) -> dict[str, Any]:
         "energy_joules": round(figure.net_j, 4),
         "energy_gross_joules": round(figure.gross_j, 4),
         "energy_source": figure.source,
+        "energy_scope": SCOPES.get(figure.source, "device"),
         "energy_final": figure.final,
     }
     if figure.standalone_j is not None:

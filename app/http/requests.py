@@ -42,7 +42,48 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
-class _Common(BaseModel):
+I32 = 2**31 - 1
+
+
+class _LlamaCpp(BaseModel):
+    """llama.cpp's own fields, checked where a wrong type or range is a
+    worker's 500 (or a request it spends long on): refused here with a 400
+    naming the field, forwarded as sent otherwise. vLLM ignores them."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    top_k: int | None = Field(default=None, ge=0, le=I32)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    typical_p: float | None = Field(default=None, ge=0, le=1)
+    repeat_penalty: float | None = Field(default=None, ge=0, le=1e6)
+    repeat_last_n: int | None = Field(default=None, ge=-1, le=I32)
+    mirostat: int | None = Field(default=None, ge=0, le=2)  # off, v1, v2
+    mirostat_tau: float | None = Field(default=None, ge=0, le=1e6)
+    mirostat_eta: float | None = Field(default=None, ge=0, le=1e6)
+    dry_multiplier: float | None = Field(default=None, ge=0, le=1e6)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**64 - 1)
+    n_probs: int | None = Field(default=None, ge=0, le=1024)
+    n_keep: int | None = Field(default=None, ge=-1, le=I32)
+    id_slot: int | None = Field(default=None, ge=-1, le=I32)
+    t_max_predict_ms: int | None = Field(default=None, ge=0, le=I32)
+    n_indent: int | None = Field(default=None, ge=0, le=I32)
+    cache_prompt: bool | None = None
+    ignore_eos: bool | None = None
+    return_tokens: bool | None = None
+    timings_per_token: bool | None = None
+    samplers: list[str] | str | None = None
+    stop: str | list[str] | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+
+    @field_validator("json_schema")
+    @classmethod
+    def _one_constraint(cls, v: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
+        if v is not None and info.data.get("grammar") is not None:
+            raise ValueError("give `grammar` or `json_schema`, not both (llama.cpp takes one)")
+        return v
+
+
+class _Common(_LlamaCpp):
     model_config = ConfigDict(extra="allow", strict=True)
     model: str = Field(min_length=1, max_length=256)
     stream: bool = False

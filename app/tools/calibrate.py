@@ -108,6 +108,26 @@ async def _sweep(gw: RunningGateway, catalog: Catalog, sw: Sweep, backends: list
     return out
 
 
+async def _workers_say(catalog: Catalog, names: list[str]
+                       ) -> dict[str, tuple[str | None, str | None]]:
+    """Each backend's weights and engine build, as its workers report them
+    (llama-server's /props), for the curve to record."""
+    from app.upstream.client import Upstream, httpx_transport
+    from app.upstream.contexts import worker_says
+
+    upstream = Upstream(httpx_transport(5.0, 5.0))
+    try:
+        out = {}
+        for name in names:
+            b = catalog.backend(name)
+            assert b is not None
+            said = await worker_says(upstream, b)
+            out[name] = (said.weights, said.build)
+        return out
+    finally:
+        await upstream.aclose()
+
+
 def calibrate(catalog: Catalog, sw: Sweep, out_dir: Path, backends: list[str] | None = None,
               quiet_s: float = 4.0, sample_hz: float = 20.0) -> dict[str, Curve]:
     names = backends or [b.name for b in catalog.backends]
@@ -116,14 +136,18 @@ def calibrate(catalog: Catalog, sw: Sweep, out_dir: Path, backends: list[str] | 
                      first_byte_timeout_seconds=900, between_chunks_timeout_seconds=900) as gw:
         points = asyncio.run(_sweep(gw, catalog, sw, names, quiet_s))
         devices = {d.spec.name: d for d in seams.devices}
+        said = asyncio.run(_workers_say(catalog, names))
     curves = {}
     for name, pts in points.items():
         b = catalog.backend(name)
         assert b is not None
         dev = devices[b.replicas[0].device]
+        weights, build = said.get(name, (None, None))
         meta = {"backend": name, "device": dev.reader.name, "engine": b.kind, "model": b.model,
                 "source": dev.reader.source,
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "weights": weights or b.weights or "unknown",
+                "engine_build": build or "unknown"}
         curve = fit_curve(pts, meta)
         curve = Curve(**{**curve.__dict__, "fit": {**curve.fit, "measurements": [
             p.__dict__ for p in pts]}})

@@ -98,17 +98,51 @@ def test_window_shorter_than_a_step_is_interpolated_not_zero() -> None:
 
 
 def test_provisional_until_next_step() -> None:
-    ledger, counter, clock = make(lambda t: IDLE_W + 200.0)
+    ledger, counter, clock = make(lambda t: IDLE_W + (200.0 if 1.0 <= t < 1.52 else 0.0))
     drive(ledger, counter, clock, 1.0)
     wid = ledger.open()
     drive(ledger, counter, clock, 1.52)
     first = ledger.close(wid, [(0.0, 0, 0), (0.52, 0, 52)])
     assert first is not None and not first.final
     assert first.net_j == pytest.approx(104.0, rel=0.25)  # includes the estimate
+    assert first.gross_j > first.net_j + 30  # and its idle share (100 W): was gross == net
     drive(ledger, counter, clock, 1.7)
     final = ledger.result(wid)
     assert final is not None and final.final
     assert final.net_j == pytest.approx(104.0, rel=0.15)
+
+
+def test_a_neighbours_steady_load_is_not_charged_to_a_short_request() -> None:
+    """A machine-wide source sees a neighbour's 500 W; a 30 ms request adds
+    300 W inside one 100 ms step. It was charged the whole step (59 J, all
+    of the neighbour's load in it); now the step less the background's power
+    over the 70 ms it did not cover: its own 9 J plus the neighbour's power
+    while it ran, never less than its covered share."""
+    ledger, counter, clock = make(lambda t: IDLE_W + 500.0 + (
+        300.0 if 5.21 <= t < 5.24 else 0.0))
+    drive(ledger, counter, clock, 5.21)  # no request: the background is learned
+    wid = ledger.open()
+    clock.t = 5.24
+    ledger.close(wid, [(0.0, 0, 0), (0.03, 0, 5)])
+    drive(ledger, counter, clock, 6.0)
+    fig = ledger.result(wid)
+    assert fig is not None and fig.final
+    assert 9.0 <= fig.net_j <= 30.0, fig  # 59 J before
+    check_invariant(ledger)
+
+
+def test_a_burst_on_a_quiet_device_is_charged_in_full_even_after_load() -> None:
+    """Background is learned from spans no request overlaps, long enough
+    after the last request: a request's own ramp-down is not background."""
+    ledger, counter, clock = make(lambda t: IDLE_W + (400.0 if 1.0 <= t < 1.6 else 0.0))
+    drive(ledger, counter, clock, 1.0)
+    first = ledger.open()
+    drive(ledger, counter, clock, 1.3)
+    ledger.close(first, [(0.0, 0, 0), (0.3, 0, 30)])  # its tail runs on to 1.6
+    drive(ledger, counter, clock, 3.0)
+    # a few watts of the counter's sampling jitter, not the tail's 400 W
+    assert abs(ledger._background_j / ledger._background_s) < 10.0
+    check_invariant(ledger)
 
 
 def test_no_request_means_tail_energy() -> None:
