@@ -56,8 +56,10 @@ def curve_warnings(catalog: Catalog, said: dict[str, tuple[str | None, str | Non
         differs = load_curve(catalog.path(b.curves)).measured_on_other(
             weights or b.weights, build)
         if differs:
+            what = "other weights" if any(d.startswith("weights") for d in differs) \
+                else "another engine build"
             out.append(f"{b.name}: serves {'; '.join(differs)}: its energy estimates and "
-                       f"routing are priced for other weights. Measure its own curve: "
+                       f"routing are priced for {what}. Measure its own curve: "
                        f"joulegate calibrate --backend {b.name} --out curves/")
     return out
 

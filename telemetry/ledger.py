@@ -122,6 +122,9 @@ class Ledger:
         self._last_span: tuple[float, float, float] | None = None
         self._quiet_j = 0.0
         self._quiet_s_sum = 0.0
+        # The last settled span's work per second (in its windows' units) and
+        # batch sizes: what a closing request's provisional share is weighed by.
+        self._work: tuple[float, Counter[TokenRates]] = (0.0, Counter())
         self._background_j = 0.0  # decayed sums over window-free spans (see above)
         self._background_s = 0.0
         self.measured_j = 0.0
@@ -298,6 +301,7 @@ class Ledger:
             pre = dp * w.rates.prefill_rate(n, self._w)
             works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
         total = sum(x[1] for x in works)
+        self._work = (total / (b - a), batch)  # for provisional figures' shares
         overlap_total = sum(w.overlap_s(a, b) for w in wins)
         shares: dict[str, float] = {}
         for w, work, pre in works:
@@ -367,12 +371,15 @@ class Ledger:
         """Net joules not yet settled, and the idle share of that stretch,
         estimated in O(pending spans), which the settle lag bounds: the
         pending spans' net energy over the window, then the stretch since the
-        last step at the latest span's net power, each shared evenly with the
-        requests running now."""
+        last step at the latest span's net power; of it, the request's share
+        of the work: its own tokens in the stretch against the work per
+        second of the last settled span (evenly with the requests running
+        now when that says nothing)."""
         assert win.closed_at is not None
         idle_w = self._idle_w or 0.0
-        end = max(win.settled_until, win.opened_at)
-        idle_extra = idle_w * max(0.0, win.closed_at - end) / (1 + self._open_count)
+        start = end = max(win.settled_until, win.opened_at)
+        stretch_s = max(0.0, win.closed_at - start)
+        idle_extra = idle_w * stretch_s / (1 + self._open_count)
         extra = 0.0
         for a, b, energy in self._pending:
             if b <= end or a >= win.closed_at:
@@ -383,7 +390,19 @@ class Ledger:
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
             extra += max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
-        return extra / (1 + self._open_count), idle_extra
+        return extra * self._work_share(win, start, stretch_s), idle_extra
+
+    def _work_share(self, win: Window, start: float, stretch_s: float) -> float:
+        rate, batch = self._work
+        even = 1.0 / (1 + self._open_count)
+        if stretch_s <= 0 or rate <= 0:
+            return even
+        dp, dd, context = span_tokens(win, start, win.closed_at or start)
+        n = max(1, batch.get(win.rates, 1))
+        mine = dp * win.rates.prefill_rate(n, self._w) + dd * win.rates.decode_rate(context, n)
+        if mine <= 0:
+            return even
+        return min(1.0, mine / max(mine, rate * stretch_s))
 
     def _expire(self, now: float) -> None:
         for w in list(self._live.values()):

@@ -35,8 +35,10 @@ def _said(kind: str, data: Any) -> WorkerSays:
     if kind == "vllm" or not isinstance(data, dict):
         return WorkerSays(_reported(kind, data))
     weights, build = data.get("model_ftype"), data.get("build_info")
+    if not isinstance(build, str) or build.startswith("b0-"):
+        build = None  # built outside a git checkout: llama.cpp says b0-unknown
     return WorkerSays(_reported(kind, data), weights if isinstance(weights, str) else None,
-                      build if isinstance(build, str) else None)
+                      build)
 
 
 def _reported(kind: str, data: Any) -> int | None:

@@ -145,6 +145,30 @@ def test_a_burst_on_a_quiet_device_is_charged_in_full_even_after_load() -> None:
     check_invariant(ledger)
 
 
+def test_a_provisional_figure_is_shared_by_work_not_evenly() -> None:
+    """Two requests run together, one decoding 3x the tokens of the other
+    (live progress, as in-process requests report it); the light one
+    closes first. Its response's figure weighs the unsettled stretch by its
+    work against the last settled span's (was: evenly, half each)."""
+    ledger, counter, clock = make(lambda t: IDLE_W + (400.0 if 1.0 <= t < 4.0 else 0.0))
+    drive(ledger, counter, clock, 1.0)
+    heavy_points = [(0.0, 0, 0)]
+    light_points = [(0.0, 0, 0)]
+    heavy = ledger.open(progress=lambda i: heavy_points[i:])
+    light = ledger.open(progress=lambda i: light_points[i:])
+    for k in range(1, 31):  # 3 s, a point every 0.1 s
+        heavy_points.append((k * 0.1, 0, 30 * k))
+        light_points.append((k * 0.1, 0, 10 * k))
+        drive(ledger, counter, clock, 1.0 + k * 0.1)
+    first = ledger.close(light, light_points)
+    drive(ledger, counter, clock, 4.0)
+    ledger.close(heavy, heavy_points + [(3.0, 0, 900)])
+    drive(ledger, counter, clock, 6.0)
+    final = ledger.result(light)
+    assert first is not None and final is not None and final.final
+    assert first.net_j == pytest.approx(final.net_j, rel=0.15), (first, final)
+
+
 def test_no_request_means_tail_energy() -> None:
     ledger, counter, clock = make(lambda t: IDLE_W + (50.0 if t < 2 else 0.0))
     drive(ledger, counter, clock, 3.0)
