@@ -162,7 +162,7 @@ def test_a_provisional_figure_is_shared_by_work_not_evenly() -> None:
         drive(ledger, counter, clock, 1.0 + k * 0.1)
     first = ledger.close(light, light_points)
     drive(ledger, counter, clock, 4.0)
-    ledger.close(heavy, heavy_points + [(3.0, 0, 900)])
+    ledger.close(heavy, [*heavy_points, (3.0, 0, 900)])
     drive(ledger, counter, clock, 6.0)
     final = ledger.result(light)
     assert first is not None and final is not None and final.final
