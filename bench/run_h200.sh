@@ -12,16 +12,30 @@
 # A phase is done when its result is in bench/results/ (copy back what $OUT
 # returned, commit, call again) or already under /tmp/jg/res on a warm machine.
 # Results are copied to $OUT, which the device tool brings back.
+# PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
+# even where bench/results/ already holds their file, and writes only the
+# models they need (the 8B only for calibrate and replay).
 set -euo pipefail
+phases="${PHASES:-}"
+models="llama-1b llama-8b"
+if [ -n "$phases" ] && [[ " $phases " != *" calibrate "* && " $phases " != *" replay "* ]]; then
+  models="llama-1b"
+fi
 export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
 start=$(date +%s)
 left() { echo $(( 560 - ($(date +%s) - start) )); }
 OUT_DIR="${OUT:-/tmp/jg/out}"
 mkdir -p "$OUT_DIR" /tmp/jg/res
-OUT= MODELS="llama-1b llama-8b" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
+OUT= MODELS="$models" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
   || { tail -30 /tmp/jg-setup.log; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD
-for f in gpu-curves.json gpu-routing.json gpu-telemetry.json; do
+for phase in calibrate replay telemetry; do
+  f="gpu-$phase.json"; [ "$phase" = calibrate ] && f=gpu-curves.json
+  [ "$phase" = replay ] && f=gpu-routing.json
+  if [ -n "$phases" ] && [[ " $phases " != *" $phase "* ]]; then
+    touch "/tmp/jg/res/$f.skip"; continue  # not asked for this time
+  fi
+  [ -n "$phases" ] && continue  # asked for: measure it again
   [ -f "bench/results/$f" ] && [ ! -f "/tmp/jg/res/$f" ] && cp "bench/results/$f" /tmp/jg/res/
 done
 [ -d curves/h200 ] && mkdir -p /tmp/jg/curves && cp -n curves/h200/*.json /tmp/jg/curves/ 2>/dev/null || true
@@ -29,17 +43,17 @@ run() {
   timeout "$(left)" python3 bench/gpu_routing.py --phase "$1" --llama-server /tmp/jg/bin/llama-server \
     --models-dir /tmp/jg/models --out /tmp/jg/res --curves-dir /tmp/jg/curves | tail -5
 }
-if [ ! -f /tmp/jg/res/gpu-curves.json ]; then
+if [ ! -f /tmp/jg/res/gpu-curves.json ] && [ ! -f /tmp/jg/res/gpu-curves.json.skip ]; then
   run calibrate
   mkdir -p "$OUT_DIR/curves" && cp /tmp/jg/curves/*.json "$OUT_DIR/curves/"
   cp /tmp/jg/res/gpu-curves.* "$OUT_DIR/"
 fi
-if [ ! -f /tmp/jg/res/gpu-routing.json ]; then
+if [ ! -f /tmp/jg/res/gpu-routing.json ] && [ ! -f /tmp/jg/res/gpu-routing.json.skip ]; then
   if [ "$(left)" -lt 360 ]; then echo "replay needs ~6 min: call again"; exit 0; fi
   run replay
   cp /tmp/jg/res/gpu-routing.* "$OUT_DIR/"
 fi
-if [ ! -f /tmp/jg/res/gpu-telemetry.json ]; then
+if [ ! -f /tmp/jg/res/gpu-telemetry.json ] && [ ! -f /tmp/jg/res/gpu-telemetry.json.skip ]; then
   if [ "$(left)" -lt 200 ]; then echo "telemetry needs ~3 min: call again"; exit 0; fi
   timeout "$(left)" python3 bench/gpu_telemetry.py --llama-server /tmp/jg/bin/llama-server \
     --model /tmp/jg/models/llama-1b.gguf --curve /tmp/jg/curves/llama-1b.json \
