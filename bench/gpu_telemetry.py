@@ -96,11 +96,14 @@ async def response_vs_final(client: httpx.AsyncClient, gw: RunningGateway
     response's figure is the best estimate when it is sent)."""
     out: dict[str, Any] = {}
     for phase in sorted({p for p, _, _ in SENT if p != "warm-up"}):
-        rel, final_in_response = [], 0
+        rel, final_in_response, rows = [], 0, []
         for _, eid, usage in (x for x in SENT if x[0] == phase):
             final = (await final_figure(client, gw, eid))["net_j"]
             final_in_response += bool(usage.get("energy_final"))
             sent = usage.get("energy_joules")
+            rows.append({"prompt_tokens": usage.get("prompt_tokens"),
+                         "completion_tokens": usage.get("completion_tokens"),
+                         "sent_j": sent, "final_j": final})
             if sent is not None and final > 0:
                 rel.append((sent - final) / final)
         absolute = sorted(abs(x) for x in rel)
@@ -109,6 +112,7 @@ async def response_vs_final(client: httpx.AsyncClient, gw: RunningGateway
             "median_abs_rel_error": statistics.median(absolute) if absolute else None,
             "p90_abs_rel_error": absolute[int(0.9 * (len(absolute) - 1))] if absolute else None,
             "median_signed_rel_error": statistics.median(rel) if rel else None,
+            "requests": rows,
         }
     return out
 
