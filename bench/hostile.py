@@ -154,12 +154,15 @@ def _victim_charges(base: str, key: str, n: int) -> list[float]:
     return figures
 
 
-async def _forge(agent: str, device: str, stop_at: float) -> Counter[str]:
+FORGERS: dict[str, dict[str, str]] = {
+    "none": {}, "wrong token": {"authorization": "Bearer not-the-token"},
+    "real token": {"authorization": f"Bearer {TOKEN}", "x-joulegate-gateway": "forger"}}
+
+
+async def _forge(agent: str, device: str, stop_at: float, who: list[str]) -> Counter[str]:
     """Open and close windows claiming 5,000,000 tokens, as fast as the agent answers."""
     tried: Counter[str] = Counter()
-    headers = {"none": {}, "wrong token": {"authorization": "Bearer not-the-token"},
-               "real token": {"authorization": f"Bearer {TOKEN}",
-                              "x-joulegate-gateway": "forger"}}
+    headers = {name: FORGERS[name] for name in who}
     i, prefix = 0, f"f{random.getrandbits(32):08x}"
     async with httpx.AsyncClient(timeout=10) as client:
         while time.monotonic() < stop_at:
@@ -182,33 +185,48 @@ async def _forge(agent: str, device: str, stop_at: float) -> Counter[str]:
     return tried
 
 
-def _spoofing(base: str, agent: str, device: str, victim: str, n: int) -> dict[str, Any]:
-    alone = _victim_charges(base, victim, n)
-
-    async def run() -> tuple[list[float], Counter[str]]:
-        tried: Counter[str] = Counter()
+def _charges_while(base: str, agent: str, device: str, victim: str, n: int,
+                   who: list[str], tried: Counter[str]) -> list[float]:
+    """The victim's final charges while forgers of the kinds `who` call the agent."""
+    async def run() -> list[float]:
         done = asyncio.Event()
 
         async def forging() -> None:
             while not done.is_set():
-                tried.update(await _forge(agent, device, time.monotonic() + 0.5))
+                tried.update(await _forge(agent, device, time.monotonic() + 0.5, who))
 
         task = asyncio.create_task(forging())
         charges = await asyncio.to_thread(_victim_charges, base, victim, n)
         done.set()
         await task
-        return charges, tried
+        return charges
 
-    during, tried = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def _median(xs: list[float]) -> dict[str, Any]:
+    return {"n": len(xs), "median": round(statistics.median(xs), 3) if xs else None}
+
+
+def _spoofing(base: str, agent: str, device: str, victim: str, n: int) -> dict[str, Any]:
+    """Alone; beside forgers without the token (as much load on this machine,
+    whose `estimate` meters all of it); beside a holder of the token (a rogue
+    gateway: trusted by design, its claims bounded). In turns, twice."""
+    runs: dict[str, list[float]] = {"alone": [], "forgers_without_token": [],
+                                    "rogue_gateway_with_token": []}
+    tried: Counter[str] = Counter()
+    for _ in range(2):
+        runs["alone"] += _victim_charges(base, victim, n)
+        runs["forgers_without_token"] += _charges_while(
+            base, agent, device, victim, n, ["none", "wrong token"], tried)
+        runs["rogue_gateway_with_token"] += _charges_while(
+            base, agent, device, victim, n, ["real token"], tried)
     return {
-        "victim_requests": n, "model": "large", "max_tokens": 32,
-        "victim_final_net_j_alone": {"n": len(alone),
-                                     "median": round(statistics.median(alone), 3)
-                                     if alone else None},
-        "victim_final_net_j_attacked": {"n": len(during),
-                                        "median": round(statistics.median(during), 3)
-                                        if during else None},
+        "victim_requests": 2 * n, "model": "large", "max_tokens": 32,
+        "victim_final_net_j": {name: _median(xs) for name, xs in runs.items()},
         "forged_calls": dict(tried),
+        "forged_calls_accepted_without_token": sum(
+            v for k, v in tried.items() if not k.startswith("real") and ": 401" not in k),
         "forged_windows_accepted_with_claims": sum(
             v for k, v in tried.items() if "open accepted, close 200" in k),
     }

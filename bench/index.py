@@ -112,6 +112,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gpu-telemetry.json": ("python -m bench.gpu_telemetry (device tool)",
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
+    "hostile.json": ("python -m bench.hostile",
+                     "slowloris, agent spoofing and a 5,000-body mutation fuzz against a keyed "
+                     "gateway with real workers and agent", ""),
     "load.json": ("python -m bench.load", "1,000 requests at once against CPU workers", ""),
     "memory-before-compaction.json": ("python -m bench.memory",
                                       "RSS growth before the ledger compacted its windows",

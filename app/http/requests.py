@@ -67,7 +67,6 @@ class _LlamaCpp(BaseModel):
     t_max_predict_ms: int | None = Field(default=None, ge=0, le=I32)
     n_indent: int | None = Field(default=None, ge=0, le=I32)
     cache_prompt: bool | None = None
-    ignore_eos: bool | None = None
     return_tokens: bool | None = None
     timings_per_token: bool | None = None
     samplers: list[str] | str | None = None
@@ -80,6 +79,25 @@ class _LlamaCpp(BaseModel):
     def _one_constraint(cls, v: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
         if v is not None and info.data.get("grammar") is not None:
             raise ValueError("give `grammar` or `json_schema`, not both (llama.cpp takes one)")
+        return v
+
+    # Declared after the constraints, so its check sees them.
+    response_format: Any = None
+    ignore_eos: bool | None = None
+
+    @field_validator("ignore_eos")
+    @classmethod
+    def _constraint_can_end(cls, v: bool | None, info: Any) -> bool | None:
+        # A grammar ends the answer with the end token; ignore_eos forbids it,
+        # and llama.cpp fails the request ("empty grammar stack") once the
+        # grammar is complete.
+        fmt = info.data.get("response_format")
+        constrained = info.data.get("grammar") is not None or (
+            info.data.get("json_schema") is not None) or (
+            isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"))
+        if v and constrained:
+            raise ValueError("cannot be true with a grammar, `json_schema` or a JSON "
+                             "`response_format` (the constraint ends the answer)")
         return v
 
 

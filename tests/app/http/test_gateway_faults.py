@@ -66,6 +66,11 @@ def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> 
      "invalid_value", "messages.0.content.0.text"),
     ({"model": "auto", "messages": [{"role": "user", "content": "a \ud800 b"}]},
      "invalid_value", "messages.0.content"),  # a worker answers 500 to a lone surrogate
+    # llama.cpp fails once the grammar is complete and the end token is banned
+    ({"model": "small", "messages": MSG, "grammar": 'root ::= "a"', "ignore_eos": True},
+     "invalid_value", "ignore_eos"),
+    ({"model": "small", "messages": MSG, "response_format": {"type": "json_object"},
+      "ignore_eos": True}, "invalid_value", "ignore_eos"),
 ])
 def test_hostile_bodies_are_400(gw: RunningGateway, fakes: FakeWorkers,
                                 body: dict[str, object], code: str | None, param: str) -> None:
