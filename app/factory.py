@@ -172,14 +172,15 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
         limits, keys = RateLimits(), _keys(settings)
-        spend = SpendLedger(settings.database())
+        spend = SpendLedger(settings.database(), journal=settings.state_dir / "journal")
         spend.prime(k for k in keys.active_keys() if k.joule_budget is not None)
         keys.start()
         planner = Planner(catalog, pool, router, metrics, Traffic(), spend,
                           settings.budget_steer_at)
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
                             token_rates(catalog), limits.spent,
-                            lambda row: record_usage(row, spend, metrics)), planner)
+                            lambda row: record_usage(row, spend, metrics),
+                            on_answered=spend.answered), planner)
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()

@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -59,6 +60,8 @@ class Parts:
     rates: Mapping[str, TokenRates] = field(default_factory=dict)  # backend -> curve's
     on_tokens: Callable[[str, int], None] = lambda key_id, n: None  # a key's tokens spent
     on_usage: Callable[[UsageRow], None] = lambda row: None  # a finished request's row
+    # the same row as the answer leaves, with the response's figure (journaled)
+    on_answered: Callable[[UsageRow], None] = lambda row: None
     # energy id -> the API key that made the request (recent ones; GET /v1/energy)
     owners: dict[str, str] = field(default_factory=dict)
 
@@ -276,17 +279,35 @@ class Exchange:
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
         self.usage = usage
-        asyncio.get_running_loop().call_soon(self._record, prompt, completion, ended_s)
+        row = None
+        if self.count:  # on disk before the answer leaves: a kill -9 loses no row
+            row = self._row(prompt, completion, ended_s)
+            try:
+                p.on_answered(row)
+            except Exception:
+                log.exception("journaling %s", self.window)
+        asyncio.get_running_loop().call_soon(self._record, prompt, completion, ended_s, row)
         return self.figure
 
-    def _record(self, prompt: int, completion: int, ended_s: float) -> None:
+    def _row(self, prompt: int, completion: int, ended_s: float) -> UsageRow:
+        fw, d, fig = self.fw, self.fw.decision, self.figure
+        return UsageRow(
+            time.time(), fw.key.id if fw.key else None, fw.key.name if fw.key else None,
+            fw.route, d.tier, d.backend, d.strategy, d.category, self.status, prompt,
+            completion, fig.net_j if fig else None, fig.gross_j if fig else None,
+            fig.source if fig else "unavailable", ended_s - fw.received_at,
+            self.window or uuid.uuid4().hex, fig.final if fig else None)
+
+    def _record(self, prompt: int, completion: int, ended_s: float,
+                row: UsageRow | None) -> None:
         """Metrics, token budgets and the usage row of an ended request."""
         try:
-            self._book(prompt, completion, ended_s)
+            self._book(prompt, completion, ended_s, row)
         except Exception:  # bookkeeping must not fail quietly, nor stop the loop
             log.exception("recording %s %s", self.fw.decision.backend, self.window)
 
-    def _book(self, prompt: int, completion: int, ended_s: float) -> None:
+    def _book(self, prompt: int, completion: int, ended_s: float,
+              row: UsageRow | None) -> None:
         p, fw, d = self.parts, self.fw, self.fw.decision
         if self.count:
             p.metrics.request(d.tier, d.backend, fw.route, d.category, self.status)
@@ -301,12 +322,9 @@ class Exchange:
         if fw.key is not None and self.count:  # all prompt tokens, cached or not
             total = usage.get("total_tokens")
             p.on_tokens(fw.key.id, total if isinstance(total, int) else prompt + completion)
-        row = None
-        if self.count:
-            row = UsageRow(time.time(), fw.key.id if fw.key else None,
-                           fw.key.name if fw.key else None, fw.route, d.tier, d.backend,
-                           d.strategy, d.category, self.status, prompt, completion, None,
-                           None, "unavailable", total_s)
+        if row is not None:  # the final figure replaces the response's
+            row = replace(row, energy_net_j=None, energy_gross_j=None, source="unavailable",
+                          energy_final=None)
         if self.window is None:
             if row is not None:
                 p.on_usage(row)
@@ -323,7 +341,7 @@ def _settled(p: Parts, d: Decision, row: UsageRow | None, figure: EnergyFigure |
     if row is not None:
         p.on_usage(row if figure is None else replace(
             row, energy_net_j=figure.net_j, energy_gross_j=figure.gross_j,
-            source=figure.source))
+            source=figure.source, energy_final=figure.final))
 
 
 def _error_envelope(error: object) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import (
+    Boolean,
     Column,
     Connection,
     Engine,
@@ -55,8 +56,8 @@ USAGE = Table(
     Column("strategy", Text), Column("category", Text), Column("status", Text),
     Column("prompt_tokens", Integer), Column("completion_tokens", Integer),
     Column("energy_net_j", Float), Column("energy_gross_j", Float), Column("source", Text),
-    Column("latency_s", Float),
-    Index("usage_key_time", "key_id", "time"))
+    Column("latency_s", Float), Column("request_id", Text), Column("energy_final", Boolean),
+    Index("usage_key_time", "key_id", "time"), Index("usage_request", "request_id"))
 TABLES = {t.name: t for t in (API_KEYS, USAGE)}
 # Bound values in one statement: SQLite's lowest default limit (builds before
 # 3.32); PostgreSQL takes 65,535.

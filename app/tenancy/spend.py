@@ -7,7 +7,9 @@ figure is final (net and gross joules, source). `close` writes what is left.
 Each key's spend in its current period is kept in memory (loaded from the
 table when first asked, added to as rows are recorded, and re-read every
 few seconds for gateways that share the database), so a budget check is a
-dictionary lookup.
+dictionary lookup. With a journal (app/tenancy/journal.py), every answered
+request's row is on local disk from the moment its answer leaves until the
+database has it: a gateway killed with kill -9 loses none.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, Integer, cast, func, select
 
 from app.tenancy.database import USAGE, Database, DatabaseError
+from app.tenancy.journal import UsageJournal, recover
 from app.tenancy.keys import ApiKey, BudgetPeriod
 
 log = logging.getLogger("joulegate.usage")
@@ -49,9 +53,12 @@ class UsageRow:
     energy_gross_j: float | None
     source: str
     latency_s: float
+    request_id: str | None = None  # the energy id its response named
+    energy_final: bool | None = None  # the counter settled the figure (None: no figure)
 
 
 COLUMNS = [f.name for f in fields(UsageRow)]
+_values = operator.attrgetter(*COLUMNS)
 
 
 def period_start(period: BudgetPeriod, now: float) -> float:
@@ -84,8 +91,17 @@ class SpendLedger:
     each other's spending within seconds; a request never waits for it."""
 
     def __init__(self, url: str, flush_s: float = 0.5, batch: int = 200,
-                 clock: Callable[[], float] = time.time, refresh_s: float = 2.0) -> None:
+                 clock: Callable[[], float] = time.time, refresh_s: float = 2.0,
+                 journal: Path | None = None) -> None:
         self._db = Database.open(url)
+        self._journal = None
+        if journal is not None:
+            self._recover(journal)
+            try:
+                self._journal = UsageJournal(journal)
+            except OSError as exc:
+                log.warning("no usage journal (%s): a kill -9 may lose rows not yet "
+                            "written", exc)
         self._clock = clock
         self._wake = threading.Event()  # a batch is full, or closing
         self._closing = False
@@ -146,7 +162,17 @@ class SpendLedger:
                    if r.key_id == key_id and r.time >= start)
 
     # -- rows ------------------------------------------------------------
+    def answered(self, row: UsageRow) -> None:
+        """A request's row as its answer leaves, before its figure is final:
+        journaled, so that it is written even if this process dies now."""
+        if self._journal is not None and row.request_id is not None:
+            self._journal.answered(dict(zip(COLUMNS, _values(row), strict=True)))
+
     def record(self, row: UsageRow) -> None:
+        """A request's row with its final figure (or none): written soon."""
+        if self._journal is not None and row.request_id is not None:
+            self._journal.final(row.request_id, row.energy_net_j, row.energy_gross_j,
+                                row.source, bool(row.energy_final))
         with self._lock:
             key_id = row.key_id
             cached = self._spent.get(key_id) if key_id is not None else None
@@ -161,7 +187,6 @@ class SpendLedger:
         the oldest unwritten rows, a batch at a time, in one transaction each.
         A batch the database refuses stays first in line and is tried again, so
         no committed row is lost and none is written twice."""
-        values = operator.attrgetter(*COLUMNS)
         refreshed = time.monotonic()
         while True:
             self._wake.wait(self._flush_s)
@@ -173,13 +198,15 @@ class SpendLedger:
                 if not rows:
                     break
                 try:
-                    self._db.insert("usage", COLUMNS, [values(r) for r in rows])
+                    self._db.insert("usage", COLUMNS, [_values(r) for r in rows])
                 except DatabaseError as exc:
                     log.warning("usage rows not written yet (%d, will retry): %s",
                                 len(rows), exc)
                     break
                 with self._lock:
                     del self._unwritten[:len(rows)]
+                if self._journal is not None:
+                    self._journal.committed(r.request_id for r in rows if r.request_id)
             if closing:
                 return  # what the database refused stays unwritten
             with self._lock:
@@ -228,11 +255,34 @@ class SpendLedger:
                 _add(into, *sums)
         return {"totals": total, "by_day": by_day, "by_model": dict(sorted(by_model.items()))}
 
+    def _recover(self, folder: Path) -> None:
+        """Rows that a gateway killed before they reached the database
+        journaled (a failure leaves them for the next start)."""
+        def have(ids: list[str]) -> set[str]:
+            found: set[str] = set()
+            for i in range(0, len(ids), 500):
+                found.update(r[0] for r in self._db.execute(
+                    select(U.request_id).where(U.request_id.in_(ids[i:i + 500]))).rows)
+            return found
+
+        def write(rows: list[dict[str, Any]]) -> None:
+            self._db.insert("usage", COLUMNS, [[r.get(c) for c in COLUMNS] for r in rows])
+
+        try:
+            n = recover(folder, have, write)
+        except (DatabaseError, OSError) as exc:
+            log.warning("usage journal not recovered yet (next start): %s", exc)
+            return
+        if n:
+            log.warning("wrote %d usage rows that a stopped gateway had journaled", n)
+
     def close(self) -> None:
         with self._lock:
             self._closing = True
         self._wake.set()
         self._thread.join(timeout=10)
+        if self._journal is not None:
+            self._journal.close()
         self._db.close()
 
 

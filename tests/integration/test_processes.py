@@ -102,3 +102,55 @@ def test_a_gateway_process_that_dies_is_replaced_and_no_request_is_lost(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_gateway_killed_under_load_loses_no_usage_row(workers: Workers,
+                                                        tmp_path: Path) -> None:
+    """Every request a client got an answer for has its usage row after kill -9
+    and the next start (the journal), with its final figure where the counter
+    had settled it, the response's otherwise."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.tenancy.spend import SpendLedger
+
+    models = models_file(workers, tmp_path)
+    port, state = free_port(), tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOULEGATE_", "PROMETHEUS_"))}
+    env.update(JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
+               JOULEGATE_STATE_DIR=str(state))
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
+                            stdout=(tmp_path / "log").open("wb"), stderr=subprocess.STDOUT)
+    answered: list[str] = []
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 90, proc)
+
+        def client_loop(model: str) -> None:
+            with httpx.Client(timeout=30) as client:
+                while proc.poll() is None:
+                    try:
+                        r = client.post(url, json={"model": model, "max_tokens": 3, "messages": [
+                            {"role": "user", "content": "Say hi."}]})
+                    except httpx.HTTPError:
+                        return  # the gateway is gone
+                    if r.status_code == 200:
+                        answered.append(r.headers["x-joulegate-energy-id"])
+
+        with ThreadPoolExecutor(8) as pool:
+            for i in range(8):
+                pool.submit(client_loop, ("small", "large")[i % 2])
+            deadline = time.monotonic() + 60
+            while len(answered) < 60 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.kill(proc.pid, 9)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(answered) >= 60
+    ledger = SpendLedger(f"sqlite:///{state / 'joulegate.db'}", journal=state / "journal")
+    rows = {r["request_id"]: r for r in ledger.rows(None, 0.0)}
+    ledger.close()
+    assert set(answered) <= set(rows), f"{len(set(answered) - set(rows))} rows lost"
+    assert all(rows[i]["energy_net_j"] is not None for i in answered)
+    assert "stopped gateway had journaled" not in (tmp_path / "log").read_text()

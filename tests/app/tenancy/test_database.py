@@ -10,7 +10,8 @@ from app.tenancy.database import Conflict, Database, DatabaseError
 from app.tenancy.keys import KeyStore
 from app.tenancy.spend import COLUMNS
 
-ROW = (1.0, "k", "n", "auto", "small", "b", "direct", "chat", "ok", 10, 5, 1.0, 2.0, "nvml", 0.1)
+ROW = (1.0, "k", "n", "auto", "small", "b", "direct", "chat", "ok", 10, 5, 1.0, 2.0, "nvml", 0.1,
+       "r", True)
 
 
 def test_a_batch_is_written_whole_or_not_at_all(database: str) -> None:

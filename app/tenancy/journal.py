@@ -1,0 +1,211 @@
+"""The usage journal: answered requests' rows on local disk until the
+database has them, so a gateway killed with kill -9 loses none.
+
+A request's row is appended when its answer is ready to leave (with the
+figure the response carries, provisional), its final figure when the counter
+settles it, and the ids of rows the database committed after each batch.
+Appends are single `write` calls on a file opened with O_APPEND: once the
+call returns, the kernel holds the bytes, and a killed process cannot lose
+them (a power cut can: nothing is fsynced, which would cost a disk flush
+per request).
+
+Each gateway process writes its own segment files (`usage-<uuid>-<n>.jsonl`
+in the state directory's `journal/`) and holds an exclusive `flock` on
+each while it lives. A new segment starts every `segment_bytes`; a segment
+is deleted once every row answered in it is committed. At start-up a
+gateway `recover`s the segments no living process holds: rows answered and
+not committed are written, with their final figure where one was journaled,
+else the response's (`energy_final` false); rows the database already has
+(the process died between a commit and its journal line) are skipped by
+their request id.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("joulegate.usage")
+SEGMENT_BYTES = 4 << 20
+
+
+@dataclass
+class _Segment:
+    path: Path
+    fd: int
+    size: int = 0
+    pending: set[str] = field(default_factory=set)  # answered here, not committed
+
+
+class UsageJournal:
+    """Append-only record of one process's answered rows (dicts with a
+    `request_id`). Thread-safe: the event loop appends rows and figures, the
+    ledger's writer thread appends commits."""
+
+    def __init__(self, folder: Path, segment_bytes: int = SEGMENT_BYTES) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._folder = folder
+        self._prefix = f"usage-{uuid.uuid4().hex[:12]}"
+        self._segment_bytes = segment_bytes
+        self._lock = threading.Lock()
+        self._n = 0
+        self._where: dict[str, _Segment] = {}  # request id -> its segment
+        self._old: list[_Segment] = []
+        self._current = self._new_segment()
+
+    def answered(self, row: dict[str, Any]) -> None:
+        """A request's row as its answer leaves (energy: the response's figure)."""
+        line = _line({"a": row})
+        with self._lock:
+            seg = self._current
+            self._append(seg, line)
+            seg.pending.add(row["request_id"])
+            self._where[row["request_id"]] = seg
+            if seg.size >= self._segment_bytes:
+                self._old.append(seg)
+                self._current = self._new_segment()
+
+    def final(self, request_id: str, net_j: float | None, gross_j: float | None,
+              source: str, final: bool) -> None:
+        line = _line({"f": request_id, "net": net_j, "gross": gross_j, "source": source,
+                      "final": final})
+        with self._lock:
+            seg = self._where.get(request_id)
+            if seg is not None:
+                self._append(seg, line)
+
+    def committed(self, request_ids: Iterable[str]) -> None:
+        """Rows the database now holds; segments left with none pending go."""
+        ids = [i for i in request_ids if i]
+        if not ids:
+            return
+        with self._lock:
+            by_segment: dict[int, list[str]] = {}
+            for rid in ids:
+                seg = self._where.pop(rid, None)
+                if seg is not None:
+                    seg.pending.discard(rid)
+                    by_segment.setdefault(id(seg), []).append(rid)
+            for seg in [self._current, *self._old]:
+                done = by_segment.get(id(seg))
+                if done:
+                    self._append(seg, _line({"c": done}))
+            for seg in [s for s in self._old if not s.pending]:
+                self._old.remove(seg)
+                _remove(seg)
+
+    def close(self) -> None:
+        """Closed after the ledger's last write: segments with nothing
+        pending are removed, the others stay for the next start."""
+        with self._lock:
+            for seg in [self._current, *self._old]:
+                if not seg.pending:
+                    _remove(seg)
+                else:
+                    os.close(seg.fd)  # releases the lock: recovered next time
+            self._old = []
+
+    def _new_segment(self) -> _Segment:
+        self._n += 1
+        path = self._folder / f"{self._prefix}-{self._n}.jsonl"
+        # Locked under another name, then renamed: `recover` never sees it unlocked.
+        making = path.with_suffix(".new")
+        fd = os.open(making, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        making.rename(path)
+        return _Segment(path, fd)
+
+    @staticmethod
+    def _append(seg: _Segment, line: bytes) -> None:
+        try:
+            seg.size += os.write(seg.fd, line)
+        except OSError as exc:  # a full disk: the row still goes to the database
+            log.warning("usage journal %s: %s", seg.path.name, exc)
+
+
+def recover(folder: Path, have: Callable[[list[str]], set[str]],
+            write: Callable[[list[dict[str, Any]]], None]) -> int:
+    """Write the rows of dead processes' segments that the database lacks;
+    returns how many. `have` says which of some request ids the database
+    holds; `write` commits rows (it raises if it cannot: the segments then
+    stay for the next start)."""
+    if not folder.is_dir():
+        return 0
+    held: list[int] = []
+    rows: dict[str, dict[str, Any]] = {}
+    finals: dict[str, dict[str, Any]] = {}
+    committed: set[str] = set()
+    paths = []
+    try:
+        for path in sorted(folder.glob("usage-*.jsonl")):
+            fd = _lock_if_dead(path)
+            if fd is None:
+                continue
+            held.append(fd)
+            paths.append(path)
+            _read(path, rows, finals, committed)
+        todo = [rid for rid in rows if rid not in committed]
+        present = have(todo) if todo else set()
+        out = [_completed(rows[rid], finals.get(rid)) for rid in todo if rid not in present]
+        if out:
+            write(out)
+        for path in paths:
+            path.unlink(missing_ok=True)
+        return len(out)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _completed(row: dict[str, Any], fig: dict[str, Any] | None) -> dict[str, Any]:
+    if fig is None:
+        return {**row, "energy_final": False}
+    return {**row, "energy_net_j": fig["net"], "energy_gross_j": fig["gross"],
+            "source": fig["source"], "energy_final": fig["final"]}
+
+
+def _read(path: Path, rows: dict[str, dict[str, Any]], finals: dict[str, dict[str, Any]],
+          committed: set[str]) -> None:
+    with path.open("rb") as f:
+        for raw in f:
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue  # a line cut off by the kill
+            if "a" in rec:
+                rows[rec["a"]["request_id"]] = rec["a"]
+            elif "f" in rec:
+                finals[rec["f"]] = rec
+            elif "c" in rec:
+                committed.update(rec["c"])
+
+
+def _lock_if_dead(path: Path) -> int | None:
+    """An fd holding the segment's lock, or None while its process lives."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove(seg: _Segment) -> None:
+    seg.path.unlink(missing_ok=True)
+    os.close(seg.fd)
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"

@@ -1,0 +1,92 @@
+"""The usage journal: a process killed with kill -9 loses no answered row,
+and none is written twice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from app.tenancy.journal import UsageJournal
+from app.tenancy.spend import SpendLedger
+from tests.app.tenancy.test_spend import row
+from workers.local import ROOT
+
+# A gateway's part, then kill -9: rows 0-9 final and committed, 10-14 final
+# and queued (the writer never wakes), 15-19 answered with the response's
+# figure only.
+DIES = textwrap.dedent("""
+    import os, sys, time
+    from dataclasses import replace
+    from pathlib import Path
+    from app.tenancy.spend import SpendLedger
+    from tests.app.tenancy.test_spend import row
+    ledger = SpendLedger(sys.argv[1], flush_s=0.05, journal=Path(sys.argv[2]))
+    now = time.time()
+    rows = [replace(row(now + i, 2.0), request_id=f"r{i}", energy_final=False)
+            for i in range(20)]
+    for r in rows:
+        ledger.answered(r)
+    for r in rows[:10]:
+        ledger.record(replace(r, energy_net_j=1.0, energy_final=True))
+    time.sleep(0.5)  # the writer commits them
+    ledger._flush_s = 3600.0
+    time.sleep(0.1)
+    for r in rows[10:15]:
+        ledger.record(replace(r, energy_net_j=1.0, energy_final=True))
+    os.kill(os.getpid(), 9)
+""")
+
+
+def test_rows_of_a_killed_process_are_written_at_the_next_start(database: str,
+                                                                   tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    proc = subprocess.run([sys.executable, "-c", DIES, database, str(journal)], cwd=ROOT,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr.decode()
+    ledger = SpendLedger(database, journal=journal)  # a new gateway starts
+    rows = {r["request_id"]: r for r in ledger.rows(None, 0.0)}
+    assert sorted(rows, key=lambda i: int(i[1:])) == [f"r{i}" for i in range(20)]
+    assert all(rows[f"r{i}"]["energy_net_j"] == 1.0 and rows[f"r{i}"]["energy_final"]
+               for i in range(15))
+    assert all(rows[f"r{i}"]["energy_net_j"] == 2.0 and rows[f"r{i}"]["energy_final"] is False
+               for i in range(15, 20))  # the figure their responses carried
+    ledger.close()
+    assert list(journal.glob("*.jsonl")) == []
+    again = SpendLedger(database, journal=journal)
+    assert len(again.rows(None, 0.0)) == 20  # nothing twice
+    again.close()
+
+
+def test_a_row_committed_just_before_the_kill_is_not_written_twice(database: str,
+                                                                  tmp_path: Path) -> None:
+    """The database has the row; the journal's commit line never came."""
+    from dataclasses import replace
+
+    journal_dir = tmp_path / "journal"
+    first = SpendLedger(database, flush_s=3600.0)
+    r = replace(row(time.time(), 1.0), request_id="only", energy_final=True)
+    first.record(r)
+    first.close()  # written
+    journal = UsageJournal(journal_dir)
+    journal.answered({"request_id": "only", "time": r.time, "energy_net_j": 1.0})
+    import os
+    os.close(journal._current.fd)  # its lock goes with it
+    again = SpendLedger(database, journal=journal_dir)
+    assert [x["request_id"] for x in again.rows(None, 0.0)] == ["only"]
+    again.close()
+
+
+def test_a_living_process_segments_are_left_alone_and_old_ones_go(tmp_path: Path) -> None:
+    journal = UsageJournal(tmp_path, segment_bytes=200)
+    for i in range(6):
+        journal.answered({"request_id": f"r{i}", "pad": "x" * 80})
+    assert len(list(tmp_path.glob("*.jsonl"))) >= 3  # rotated
+    from app.tenancy.journal import recover
+    assert recover(tmp_path, lambda ids: set(), lambda rows: None) == 0  # all held
+    journal.committed(f"r{i}" for i in range(6))
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1  # only the current segment
+    journal.close()
+    assert list(tmp_path.glob("*")) == []
