@@ -322,9 +322,6 @@ class Exchange:
         if fw.key is not None and self.count:  # all prompt tokens, cached or not
             total = usage.get("total_tokens")
             p.on_tokens(fw.key.id, total if isinstance(total, int) else prompt + completion)
-        if row is not None:  # the final figure replaces the response's
-            row = replace(row, energy_net_j=None, energy_gross_j=None, source="unavailable",
-                          energy_final=None)
         if self.window is None:
             if row is not None:
                 p.on_usage(row)
@@ -335,7 +332,8 @@ class Exchange:
 def _settled(p: Parts, d: Decision, row: UsageRow | None, figure: EnergyFigure | None
              ) -> None:
     """A request's final energy figure: record it, and write the request's
-    usage row with it."""
+    usage row with it (without one, the row keeps the figure its response
+    carried, `energy_final` false)."""
     if figure is not None:
         p.metrics.request_energy(d.tier, d.backend, figure)
     if row is not None:

@@ -23,7 +23,6 @@ their request id.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import threading
@@ -32,6 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from app import jsonio
 
 log = logging.getLogger("joulegate.usage")
 SEGMENT_BYTES = 4 << 20
@@ -177,7 +178,7 @@ def _read(path: Path, rows: dict[str, dict[str, Any]], finals: dict[str, dict[st
     with path.open("rb") as f:
         for raw in f:
             try:
-                rec = json.loads(raw)
+                rec = jsonio.loads(raw)
             except ValueError:
                 continue  # a line cut off by the kill
             if "a" in rec:
@@ -208,4 +209,4 @@ def _remove(seg: _Segment) -> None:
 
 
 def _line(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+    return jsonio.dumps(record) + b"\n"  # orjson: ~1 us, on the event loop
