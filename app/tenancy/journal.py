@@ -132,11 +132,11 @@ class UsageJournal:
             log.warning("usage journal %s: %s", seg.path.name, exc)
 
 
-def recover(folder: Path, have: Callable[[list[str]], set[str]],
+def recover(folder: Path, have: Callable[[list[dict[str, Any]]], set[str]],
             write: Callable[[list[dict[str, Any]]], None]) -> int:
     """Write the rows of dead processes' segments that the database lacks;
-    returns how many. `have` says which of some request ids the database
-    holds; `write` commits rows (it raises if it cannot: the segments then
+    returns how many. `have` says which of some rows (their request ids) the
+    database holds; `write` commits rows (it raises if it cannot: the segments then
     stay for the next start)."""
     if not folder.is_dir():
         return 0
@@ -154,7 +154,7 @@ def recover(folder: Path, have: Callable[[list[str]], set[str]],
             paths.append(path)
             _read(path, rows, finals, committed)
         todo = [rid for rid in rows if rid not in committed]
-        present = have(todo) if todo else set()
+        present = have([rows[rid] for rid in todo]) if todo else set()
         out = [_completed(rows[rid], finals.get(rid)) for rid in todo if rid not in present]
         if out:
             write(out)

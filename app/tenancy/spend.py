@@ -258,11 +258,16 @@ class SpendLedger:
     def _recover(self, folder: Path) -> None:
         """Rows that a gateway killed before they reached the database
         journaled (a failure leaves them for the next start)."""
-        def have(ids: list[str]) -> set[str]:
+        def have(rows: list[dict[str, Any]]) -> set[str]:
+            """Which rows the database holds: looked up among rows as recent
+            as the oldest (the time index; request_id has none)."""
+            since = min(float(r["time"]) for r in rows)
+            ids = [r["request_id"] for r in rows]
             found: set[str] = set()
             for i in range(0, len(ids), 500):
                 found.update(r[0] for r in self._db.execute(
-                    select(U.request_id).where(U.request_id.in_(ids[i:i + 500]))).rows)
+                    select(U.request_id).where(U.time >= since,
+                                               U.request_id.in_(ids[i:i + 500]))).rows)
             return found
 
         def write(rows: list[dict[str, Any]]) -> None:
