@@ -70,6 +70,14 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-stream-watch-c50.json": (AB + " --stream --connections 50",
                                  "streams watched without a task group", ""),
     "ab-usage-insert-c50.json": (AB + " --connections 50", "usage rows, many per INSERT", ""),
+    "ab-usage-journal-c1.json": (AB + " --base 61fcd7e --rounds 4",
+                                 "the usage journal and what came with it, against 61fcd7e",
+                                 ""),
+    "ab-usage-journal-c50.json": (AB + " --base 61fcd7e --rounds 4 --connections 50",
+                                  "the same at 50 connections", ""),
+    "ab-usage-journal-only-c50.json": (AB + " --base a35fbd7 --connections 50",
+                                       "the journal alone: base is this code with the journal "
+                                       "off (a35fbd7, a throwaway commit not on main)", ""),
     "agent-calls.json": ("python -m bench.agent_calls --rounds 3",
                          "agent CPU per exchange: own server (asyncio, uvloop) vs uvicorn + "
                          "Starlette", ""),
