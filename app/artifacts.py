@@ -79,8 +79,10 @@ def load_complexity(path: Path, default_target: float
         return None, Targets(default_target=default_target)
     arrays = np.load(path)
     report = json.loads(report_path.read_text())
+    stretch = report.get("easy_stretch", {})
     model = ComplexityModel(arrays["text_coef"], arrays["hand_coef"], arrays["hand_mean"],
                             arrays["hand_scale"], float(arrays["intercept"][0]),
-                            report["abilities"])
+                            report["abilities"], float(stretch.get("pivot", 0.0)),
+                            float(stretch.get("factor", 1.0)))
     targets = {float(t): float(v) for t, v in report["quality_targets"].items()}
     return model, Targets(targets, default_target)

@@ -5,11 +5,13 @@ Two phases, each resumable (a phase whose result file exists is skipped):
   calibrate  `joulegate calibrate` against the 1B and 8B models (prompts up to
              4k, completions up to 2k, concurrency 1 and 8) -> curves/h200/*.json
              and gpu-curves.json (held-out MAPE for requests >= 0.5 s, R2)
-  replay     a mixed workload through the gateway in three modes: `auto`
+  replay     a workload (--workload: chat-traffic, the reference, or the
+             benchmark mix; app/tools/workload.py) through the gateway in three modes: `auto`
              (quality target 0.95), everything on the large tier, everything on
              the small tier with CoT; at concurrency 1 and 8 -> gpu-routing.json.
              Quality: the router's per-query expected quality of the action each
              request took. A failed request is counted and reported, never fatal.
+             -> gpu-routing-<workload>.json
 
 Answers have fixed lengths (random-weight models never stop by themselves):
 `ignore_eos` with max_tokens = the direct cap for direct answers and the CoT
@@ -38,8 +40,8 @@ from app.factory import Seams
 from app.forward.rewrite import COT_INSTRUCTION
 from app.tools.calibrate import Sweep, calibrate
 from app.tools.embedded import RunningGateway, run_gateway
+from app.tools.workload import KIND_SHARE, MIX, TRIVIAL_SHARE, WORKLOADS
 from bench.gpu_common import ROOT, engine_build, project_commit, start_llama, write_json
-from bench.workload import MIX, mixed_prompts
 from router.curves import Curve
 
 QUALITY_TARGET = 0.95
@@ -189,11 +191,13 @@ def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "expected_quality": sum(r["expected_quality"] for r in runs) / k}
 
 
-def phase_replay(s: Setup, n: int) -> None:
+def phase_replay(s: Setup, n: int, workload: str) -> None:
+    from collections import Counter
+
     from telemetry.devices import DeviceSpec, make_reader
 
     catalog = catalog_for(s, with_curves=True)
-    mix = mixed_prompts(n)
+    mix = WORKLOADS[workload](n)  # ../shared/data, or JOULEGATE_DATA (the device: .data)
     prompts = [t[:6000] for _, t in mix]
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
     results: dict[str, Any] = {}
@@ -203,6 +207,9 @@ def phase_replay(s: Setup, n: int) -> None:
             {"role": "user", "content": t}]}, headers={
                 "x-joulegate-quality-target": str(QUALITY_TARGET)}).json() for t in prompts]
         acts = [f"{d['tier']}:{d['strategy']}" for d in decisions]
+        by_kind: dict[str, Counter[str]] = {}
+        for (kind, _), act in zip(mix, acts, strict=True):
+            by_kind.setdefault(kind, Counter())[act] += 1
         quality = [{f"{c['tier']}:{c['strategy']}": c["expected_quality"]
                     for c in d["candidates"]} for d in decisions]
         for conc, order in ORDERS.items():
@@ -220,14 +227,21 @@ def phase_replay(s: Setup, n: int) -> None:
                 "modes": runs,
             }
     c1 = results["c1"]
-    write_json(s.out / "gpu-routing.json", {
+    trivial = [a for (kind, _), a in zip(mix, acts, strict=True) if kind.endswith(":easy")]
+    write_json(s.out / f"gpu-routing-{workload}.json", {
         "device": reader.name, "driver": getattr(reader, "driver", "unknown"),
         "source": reader.source, "engine_build": engine_build(s.llama_server),
         "commit": project_commit(),
         "models": {t: f"random-weight {sh} shape, F16 GGUF" for t, sh in s.shapes.items()},
-        "workload": {"n": len(prompts), "mix": MIX,
+        "workload": {"name": workload, "n": len(prompts),
+                     "mix": KIND_SHARE if workload == "chat-traffic" else MIX,
+                     "trivial_share_declared": TRIVIAL_SHARE if workload == "chat-traffic"
+                     else None,
                      "answer_tokens": {"direct": DIRECT_TOKENS, "cot": COT_TOKENS},
-                     "auto_routes": dict(__import__("collections").Counter(acts))},
+                     "auto_routes": dict(Counter(acts)),
+                     "auto_routes_by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
+                     "trivial_to_small": sum(a.startswith("small") for a in trivial)
+                     / len(trivial) if trivial else None},
         "policy": "balanced", "quality_target": QUALITY_TARGET,
         "quality_source": "the router's per-query expected quality (complexity model, "
                           "levels calibrated to the cited 1B/8B figures) of the action taken",
@@ -238,7 +252,7 @@ def phase_replay(s: Setup, n: int) -> None:
         "units": {"joules": "J, NVML counter delta over the whole mode (gross, incl. idle)",
                   "wall_s": "s", "savings_*": "fraction", "quality_*": "fraction"},
     })
-    _plot_modes(s.out / "gpu-routing.png", results)
+    _plot_modes(s.out / f"gpu-routing-{workload}.png", results)
 
 
 def _plot_modes(path: Path, results: dict[str, Any]) -> None:
@@ -278,11 +292,13 @@ def main() -> None:
     ap.add_argument("--completions", default="32,256,2048")
     ap.add_argument("--concurrency", default="1,8")
     ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     s = Setup(args.llama_server, args.models_dir, args.out,
               {"small": args.small, "large": args.large}, args.source, args.curves_dir)
-    done = args.out / ("gpu-curves.json" if args.phase == "calibrate" else "gpu-routing.json")
+    done = args.out / ("gpu-curves.json" if args.phase == "calibrate"
+                       else f"gpu-routing-{args.workload}.json")
     if done.exists():
         print(f"{done} exists: phase {args.phase} already done")
         return
@@ -293,7 +309,7 @@ def main() -> None:
                     (args.prompts, args.completions, args.concurrency)]
             phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
-            phase_replay(s, args.n)
+            phase_replay(s, args.n, args.workload)
     finally:
         for p in procs:
             p.terminate()

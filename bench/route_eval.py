@@ -1,4 +1,4 @@
-"""Evaluate the router like the field does, and what it saves.
+"""Evaluate the router like the field does, with controls, and what it saves.
 
     python -m bench.route_eval     # bench/results/route-eval.json and route-eval.png
 
@@ -7,16 +7,25 @@
    holds out; never trained on), scored by the shipped router itself (its
    fast path, as in production), next to random (APGR 0.5) and RouteLLM's
    best published routers.
-2. Expected energy saved against always-large at quality targets 0.90, 0.95
-   and 0.99 on the mixed workload (bench/workload.py), with the H200 curves
-   (deploy/models.gpu.yaml) and the router's per-query expected qualities:
-   an expectation from the model, not a measurement (the H200 replay is).
+2. Controls (app/tools/controls.py): on those sets and on the held-out open
+   prompts (router/data/open_eval.tsv), the complexity score's APGR next to
+   the category prior alone, length alone, random, shuffled labels and random
+   features.
+3. Easy/hard recall on the held-out open prompts at targets 0.90, 0.95 and
+   0.99: easy ones sent to the small tier, hard ones to the large.
+4. Expected energy saved against always-large at those targets on both
+   workloads (app/tools/workload.py: chat-traffic, the reference, and the
+   benchmark mix), with the H200 curves (deploy/models.gpu.yaml) and the
+   router's per-query expected qualities: an expectation from the model, not
+   a measurement (the H200 replay is). On chat-traffic, also the share of its
+   easy (trivial) requests sent small.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +33,30 @@ import numpy as np
 
 from app.catalog import load_catalog
 from app.routing import LengthBook, build_router
-from app.tools.complexity_training import ROUTELLM_BEST, apgr_cpt, load_items, split
+from app.tools.complexity_training import (
+    ROUTELLM_BEST,
+    Item,
+    apgr_cpt,
+    load_items,
+    own_items,
+    split,
+)
+from app.tools.controls import controls
+from app.tools.workload import TRIVIAL_SHARE, WORKLOADS
 from bench.gpu_common import project_commit
-from bench.workload import MIX, mixed_prompts
 from router.decision import Query
 from router.features import estimate_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("JOULEGATE_DATA", ROOT.parent / "shared" / "data"))
+OWN = [ROOT / "router" / "data" / "difficulty_prompts.tsv",
+       ROOT / "router" / "data" / "open_prompts.tsv"]
+OPEN_EVAL = ROOT / "router" / "data" / "open_eval.tsv"
 TARGETS = (0.90, 0.95, 0.99)
 
 
 def routellm_metrics(router: Any) -> dict[str, Any]:
-    items = load_items(DATA, ROOT / "router" / "data" / "difficulty_prompts.tsv")
+    items = load_items(DATA, OWN)
     _, held = split(items)
     out = {}
     for source in ("mmlu", "gsm8k"):
@@ -53,28 +73,56 @@ def routellm_metrics(router: Any) -> dict[str, Any]:
     return out
 
 
+def tier_recall(router: Any, items: list[Item], target: float) -> dict[str, Any]:
+    """Easy items sent to the cheapest tier, hard ones to the largest."""
+    small, large = router.tiers
+    sent: Counter[tuple[bool, str]] = Counter()
+    for it in items:
+        d = router.decide(Query(it.text, estimate_tokens(it.text), quality_target=target),
+                          explain=False)
+        sent[(it.hard, d.tier)] += 1
+    n_easy = sum(v for (hard, _), v in sent.items() if not hard)
+    n_hard = sum(v for (hard, _), v in sent.items() if hard)
+    return {"easy_to_small": round(sent[(False, small)] / max(1, n_easy), 4),
+            "hard_to_large": round(sent[(True, large)] / max(1, n_hard), 4),
+            "n_easy": n_easy, "n_hard": n_hard}
+
+
+def workload_savings(router: Any, prompts: list[tuple[str, str]], target: float
+                     ) -> dict[str, Any]:
+    """Expected quality and energy against always-large (direct) at `target`."""
+    quality = large_q = energy = large_e = 0.0
+    actions: Counter[str] = Counter()
+    trivial: Counter[str] = Counter()
+    for kind, text in prompts:
+        d = router.decide(Query(text, estimate_tokens(text), quality_target=target))
+        large = next(c for c in d.candidates if c["tier"] == router.tiers[1]
+                     and c["strategy"] == "direct")
+        quality += d.expected_quality
+        energy += d.expected_joules
+        large_q += large["expected_quality"]
+        large_e += large["expected_joules"]
+        actions[f"{d.tier}:{d.strategy}"] += 1
+        if kind.endswith(":easy"):
+            trivial[d.tier] += 1
+    row: dict[str, Any] = {"quality_ratio_vs_large": round(quality / large_q, 4),
+                           "energy_saved_vs_large": round(1 - energy / large_e, 4),
+                           "actions": dict(actions)}
+    if trivial:
+        row["trivial_to_small"] = round(trivial[router.tiers[0]] / sum(trivial.values()), 4)
+    return row
+
+
 def savings(router: Any, n: int = 400) -> dict[str, Any]:
-    prompts = mixed_prompts(n, DATA)
-    rows = {}
-    for target in (*TARGETS, 1.0):
-        quality = large_q = energy = large_e = 0.0
-        tiers: dict[str, int] = {}
-        for _, text in prompts:
-            d = router.decide(Query(text, estimate_tokens(text), quality_target=target))
-            large = next(c for c in d.candidates
-                         if c["tier"] == "large" and c["strategy"] == "direct")
-            quality += d.expected_quality
-            energy += d.expected_joules
-            large_q += large["expected_quality"]
-            large_e += large["expected_joules"]
-            key = f"{d.tier}:{d.strategy}"
-            tiers[key] = tiers.get(key, 0) + 1
-        rows[str(target)] = {"quality_ratio_vs_large": round(quality / large_q, 4),
-                             "energy_saved_vs_large": round(1 - energy / large_e, 4),
-                             "actions": tiers}
-    return {"n": len(prompts), "mix": MIX, "curves": "H200 (deploy/models.gpu.yaml)",
-            "source": "estimate (curves x expected lengths; the router's expected quality)",
-            "by_target": rows}
+    out: dict[str, Any] = {"curves": "H200 (deploy/models.gpu.yaml)",
+                           "source": "estimate (curves x expected lengths; the router's "
+                                     "expected quality)",
+                           "trivial_share_declared": round(TRIVIAL_SHARE, 4)}
+    for name, make in WORKLOADS.items():
+        prompts = make(n, DATA)
+        out[name] = {"n": len(prompts), "by_target": {
+            str(t): workload_savings(router, prompts, t) for t in (*TARGETS, 1.0)}}
+    return out
 
 
 def plot(sweep: list[dict[str, float]], path: Path) -> None:
@@ -88,7 +136,7 @@ def plot(sweep: list[dict[str, float]], path: Path) -> None:
             [s["quality_ratio"] for s in sweep], marker=".")
     ax.set_xlabel("expected energy, % of always-large (H200 curves)")
     ax.set_ylabel("expected quality / always-large")
-    ax.set_title("joulegate auto: per-query tolerance sweep (reference workload)")
+    ax.set_title("joulegate auto: per-query tolerance sweep (chat-traffic workload)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -99,7 +147,10 @@ def main() -> None:
     router = build_router(catalog, LengthBook(None))
     assert router.model is not None, "no complexity model: run joulegate train-complexity"
     report = json.loads((ROOT / "router" / "artifacts" / "complexity-report.json").read_text())
+    held_open = own_items(OPEN_EVAL)
     result = {"commit": project_commit(), "routellm_held_out": routellm_metrics(router),
+              "controls_apgr": controls(DATA, OWN, OPEN_EVAL, catalog),
+              "open_eval_recall": {str(t): tier_recall(router, held_open, t) for t in TARGETS},
               "savings": savings(router), "quality_targets": report["quality_targets"]}
     out = ROOT / "bench" / "results" / "route-eval.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

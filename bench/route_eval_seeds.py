@@ -36,8 +36,9 @@ def main() -> None:
     splits: dict[str, Any] = {}
     for seed in (int(s) for s in args.seeds.split(",")):
         with tempfile.TemporaryDirectory() as out:
-            report = train_complexity(args.data, ROOT / "router" / "data" /
-                                      "difficulty_prompts.tsv", catalog, Path(out), seed=seed)
+            report = train_complexity(args.data, [
+                ROOT / "router" / "data" / "difficulty_prompts.tsv",
+                ROOT / "router" / "data" / "open_prompts.tsv"], catalog, Path(out), seed=seed)
         splits[str(seed)] = {k: {m: v[m] for m in ("apgr", "cpt50", "cpt80", "n")}
                              for k, v in report["evaluation_held_out"].items()}
         print(seed, splits[str(seed)], flush=True)

@@ -7,7 +7,8 @@
 #   1. setup (bench/device_setup.sh): llama-server (carried build or 5-min CUDA
 #      build), the 1B and 8B random-weight models, the wheels;
 #   2. calibrate -> gpu-curves.json (+ curves/*.json, gpu-curves.png);
-#   3. replay    -> gpu-routing.json (+ gpu-routing.png);
+#   3. replay    -> gpu-routing-<workload>.json (+ .png), chat-traffic then
+#                   benchmark-mix (WORKLOADS="..." to choose);
 #   4. telemetry -> gpu-telemetry.json (attribution by the 1B's fresh curve).
 # A phase is done when its result is in bench/results/ (copy back what $OUT
 # returned, commit, call again) or already under /tmp/jg/res on a warm machine.
@@ -36,7 +37,10 @@ for phase in calibrate replay telemetry; do
     touch "/tmp/jg/res/$f.skip"; continue  # not asked for this time
   fi
   [ -n "$phases" ] && continue  # asked for: measure it again
-  [ -f "bench/results/$f" ] && [ ! -f "/tmp/jg/res/$f" ] && cp "bench/results/$f" /tmp/jg/res/
+  for g in "bench/results/$f" bench/results/gpu-routing-*.json; do
+    [ "$phase" = replay ] || [ "$g" = "bench/results/$f" ] || continue
+    [ -f "$g" ] && [ ! -f "/tmp/jg/res/$(basename "$g")" ] && cp "$g" /tmp/jg/res/
+  done
 done
 [ -d curves/h200 ] && mkdir -p /tmp/jg/curves && cp -n curves/h200/*.json /tmp/jg/curves/ 2>/dev/null || true
 run() {
@@ -48,11 +52,16 @@ if [ ! -f /tmp/jg/res/gpu-curves.json ] && [ ! -f /tmp/jg/res/gpu-curves.json.sk
   mkdir -p "$OUT_DIR/curves" && cp /tmp/jg/curves/*.json "$OUT_DIR/curves/"
   cp /tmp/jg/res/gpu-curves.* "$OUT_DIR/"
 fi
-if [ ! -f /tmp/jg/res/gpu-routing.json ] && [ ! -f /tmp/jg/res/gpu-routing.json.skip ]; then
-  if [ "$(left)" -lt 360 ]; then echo "replay needs ~6 min: call again"; exit 0; fi
-  run replay
-  cp /tmp/jg/res/gpu-routing.* "$OUT_DIR/"
-fi
+for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
+  f="gpu-routing-$workload.json"
+  [ -f /tmp/jg/res/gpu-routing.json.skip ] && break
+  [ -f "/tmp/jg/res/$f" ] && continue
+  if [ "$(left)" -lt 360 ]; then echo "replay of $workload needs ~6 min: call again"; exit 0; fi
+  timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload "$workload" \
+    --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
+    --curves-dir /tmp/jg/curves | tail -5
+  cp /tmp/jg/res/gpu-routing-"$workload".* "$OUT_DIR/"
+done
 if [ ! -f /tmp/jg/res/gpu-telemetry.json ] && [ ! -f /tmp/jg/res/gpu-telemetry.json.skip ]; then
   if [ "$(left)" -lt 200 ]; then echo "telemetry needs ~3 min: call again"; exit 0; fi
   timeout "$(left)" python3 bench/gpu_telemetry.py --llama-server /tmp/jg/bin/llama-server \

@@ -41,13 +41,22 @@ class ComplexityModel:
     hand_scale: np.ndarray
     intercept: float
     abilities: Mapping[str, Mapping[str, float]]  # category -> action -> ability
+    # Below `pivot` (the median benchmark item) the logit is stretched by
+    # `easy_stretch`: easier than any benchmark item, the regression's scale
+    # (set by noisy benchmark labels) understates how easy (app/tools/
+    # complexity_training.py). Monotone: no ranking changes.
+    pivot: float = 0.0
+    easy_stretch: float = 1.0
 
     def theta(self, feats: Features, text: str) -> float:
         """Difficulty logit of a request."""
         idx, vals = feats
         z = self.intercept + (float(vals @ self.text_coef[idx]) if idx.size else 0.0)
         hand = (np.asarray(difficulty_features(prepare(text))) - self.hand_mean) / self.hand_scale
-        return z + float(hand @ self.hand_coef)
+        return self.stretched(z + float(hand @ self.hand_coef))
+
+    def stretched(self, z: float) -> float:
+        return z if z >= self.pivot else self.pivot + self.easy_stretch * (z - self.pivot)
 
     def qualities(self, theta: float, probs: Mapping[str, float], actions: list[str]
                   ) -> dict[str, float]:

@@ -16,6 +16,15 @@ _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _STEP_WORDS = frozenset(
     ("percent", "half", "twice", "each", "per", "every", "total", "remaining", "left", "times"))
 _STEP_PHRASES = re.compile(r"\b(?:more|less) than\b")
+# What asks for structure, constraints or depth beyond the topic (open requests:
+# "in under 150 words", "explain each change", "with tests", "as JSON").
+_DEMAND_WORDS = frozenset((
+    "must", "exactly", "least", "most", "without", "include", "including", "keep", "only",
+    "never", "avoid", "format", "json", "table", "bullet", "bullets", "words", "sentences",
+    "paragraphs", "explain", "compare", "justify", "prove", "derive", "design", "implement",
+    "analyse", "analyze", "plan", "evaluate", "critique", "tests", "handling", "trade",
+    "structure", "outline", "detailed", "step", "steps", "cite", "citing", "evidence"))
+LONG_WORD = 10  # characters: technical and niche vocabulary
 _WORD = re.compile(r"\w+")
 _ASCII_NON_WORD = str.maketrans(
     {chr(i): " " for i in range(128) if chr(i) not in string.ascii_letters + string.digits + "_"})
@@ -44,13 +53,15 @@ def estimate_tokens(text: str) -> int:
 
 
 NAMES = ("log_chars", "log_numbers", "log_operators", "questions", "log_lines",
-         "log_sentences", "log_distinct_numbers", "has_decimal", "log_step_words")
+         "log_sentences", "log_distinct_numbers", "has_decimal", "log_step_words",
+         "log_demand_words", "long_word_share")
 
 
 def difficulty_features(text: str) -> list[float]:
     """One value per NAMES entry."""
     ascii_ = text.isascii()
     numbers = (_ASCII_NUMBER if ascii_ else _NUMBER).findall(text)
+    steps, demands, long_share = _word_counts(text.lower())
     return [
         math.log1p(len(text)),
         math.log1p(len(numbers)),
@@ -60,7 +71,9 @@ def difficulty_features(text: str) -> list[float]:
         math.log1p(_sentence_ends(text) if ascii_ else len(_SENTENCE_END.findall(text))),
         math.log1p(len(set(numbers))),
         float(any("." in n for n in numbers)),
-        math.log1p(_step_words(text.lower())),
+        math.log1p(steps),
+        math.log1p(demands),
+        long_share,
     ]
 
 
@@ -71,7 +84,14 @@ def _sentence_ends(text: str) -> int:
     return sum(spaced.count(f"{p} ") for p in ".!?") + (spaced[-1:] in (".", "!", "?"))
 
 
-def _step_words(lower: str) -> int:
-    """Words and phrases that imply steps (percent, each, more than...)."""
+def _word_counts(lower: str) -> tuple[int, int, float]:
+    """In one pass over the words: those implying steps (percent, each, more
+    than...), those demanding structure or depth, and the share of long words."""
     phrases = len(_STEP_PHRASES.findall(lower)) if " than" in lower else 0
-    return phrases + sum(1 for w in words(lower) if w in _STEP_WORDS)
+    found = words(lower)
+    steps = demands = long_words = 0
+    for w in found:
+        steps += w in _STEP_WORDS
+        demands += w in _DEMAND_WORDS
+        long_words += len(w) >= LONG_WORD
+    return phrases + steps, demands, long_words / len(found) if found else 0.0

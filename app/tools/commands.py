@@ -47,7 +47,8 @@ def add_tool_commands(sub: Any, catalog_of: CatalogOf) -> None:
     tc = sub.add_parser("train-complexity",
                         help="train the per-query complexity model and its quality targets")
     tc.add_argument("--data", default="../shared/data")
-    tc.add_argument("--own", default="router/data/difficulty_prompts.tsv")
+    tc.add_argument("--own", default="router/data/difficulty_prompts.tsv,"
+                    "router/data/open_prompts.tsv", help="own labelled prompts, comma-separated")
     tc.add_argument("--models", default="deploy/models.gpu.yaml",
                     help="quality table and curves (the reference: H200 curves)")
     tc.add_argument("--out", default="router/artifacts")
@@ -128,7 +129,7 @@ def _train_complexity(args: argparse.Namespace) -> int:
     from app.catalog import load_catalog
     from app.tools.complexity_training import train_complexity
 
-    report = train_complexity(Path(args.data), Path(args.own),
+    report = train_complexity(Path(args.data), [Path(p) for p in args.own.split(",")],
                               load_catalog(Path(args.models)), Path(args.out))
     print(json.dumps({k: report[k] for k in ("evaluation_held_out", "quality_targets")},
                      indent=2))

@@ -6,19 +6,39 @@ Data (each cited in the report):
   answered correctly. Label: the strong model right where the weak one was
   wrong. MMLU prompts are cut to their question stem (the choices and
   "Answer:" are dropped: real traffic has no such format).
-- router/data/difficulty_prompts.tsv: this project's own easy/hard labels for
-  what those sets lack (chat, writing, extraction, role-play, constraints).
+- router/data/difficulty_prompts.tsv and open_prompts.tsv: this project's own
+  easy/hard labels for what those sets lack: the open requests real chat
+  traffic is made of (greetings, thanks, one-fact questions, rewrites,
+  translations, writing, role-play, extraction, code), by kind.
 A seeded 30% of the RouteLLM items is held out: never trained on, used for
 the APGR / CPT evaluation. The regularisation (C = 0.1) and the GSM8K weight
 (5) came from an exploration on a different split (seed 0); a 3-fold
 cross-validation on the training items, reported, finds C from 0.05 to 0.2
 within 0.005 APGR of each other.
 
+Easy stretch: the logistic regression's logit is compressed by the RouteLLM
+labels (strong right where weak wrong: largely noise between two strong
+models), which left one-fact questions and greetings, easier than any
+benchmark item, a large model's quality gap. Below the median logit of the
+benchmark training items the logit is stretched by EASY_STRETCH (above it,
+untouched: stretching there too made hard word problems look hopeless for
+both models, and so cheap to send small). The factor was chosen on a
+validation split of the own open prompts (`python -m bench.route_stretch`:
+balanced accuracy of the tier at target 0.95), never on a set the router is
+judged on. A monotone map: no ranking (APGR) changes.
+
 Levels: each (category, action) ability is set so the model's mean over the
 category's reference items equals the cited accuracy in the quality table.
+Reference items are items like those the cited figure measured: the RouteLLM
+items where the category has them (MMLU subjects, GSM8K); for writing, code
+and extraction (IFEval, HumanEval, TLDR9+: multi-constraint instructions,
+functions to implement, whole summaries) the own items labelled hard; for
+chat (an assumption about small talk) all own chat items. Calibrating on
+every item of a category instead would lower the small model's level as
+easy items are added, and send the easy items large.
 Quality targets: for each target, the largest per-query tolerance whose
-expected quality over the reference workload (app/tools/workload.py) keeps the
-target share of always-large quality, each action priced by the router
+expected quality over the chat-traffic workload (app/tools/workload.py) keeps
+the target share of always-large quality, each action priced by the router
 itself with the catalog's operating curves (the H200 ones by default).
 """
 
@@ -38,7 +58,7 @@ from app.artifacts import load_classifier
 from app.catalog import Catalog
 from app.routing import LengthBook, build_router
 from app.tools.training import MMLU_CATEGORY
-from app.tools.workload import mixed_prompts
+from app.tools.workload import chat_traffic
 from router.classifier import Classifier, prepare
 from router.complexity import ComplexityModel, calibrate_ability
 from router.engine import Router
@@ -49,6 +69,7 @@ STRONG = "gpt-4-1106-preview"
 TARGETS = (0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
 REGULARISATION_C = 0.1  # from the exploration on the seed-0 split
 SOURCE_WEIGHT = {"gsm8k": 5.0, "own": 5.0}  # per item; MMLU 1.0
+EASY_STRETCH = 3.0  # below the median benchmark item (bench.route_stretch chose it)
 REFERENCE_N = 600
 REFERENCE_SEED = 1
 ROUTELLM_BEST = {"mmlu": {"apgr": 0.603, "cpt50": 0.354},
@@ -63,6 +84,7 @@ class Item:
     weak: bool | None  # answered correctly (None: own prompts, easy/hard only)
     strong: bool | None
     hard: bool
+    kind: str | None = None  # own open prompts: the kind of request
 
 
 def _stem(prompt: str) -> str:
@@ -70,7 +92,7 @@ def _stem(prompt: str) -> str:
     return (prompt[:m.start()] if m else prompt.removesuffix("Answer:")).strip()
 
 
-def load_items(data: Path, own: Path) -> list[Item]:
+def load_items(data: Path, own: Path | list[Path]) -> list[Item]:
     items = []
     for path in sorted((data / "routellm" / "mmlu").glob("mmlu_*.csv")):
         subject = path.stem.removeprefix("mmlu_")
@@ -83,11 +105,21 @@ def load_items(data: Path, own: Path) -> list[Item]:
         for r in csv.DictReader(f):
             w, s = r[WEAK] == "True", r[STRONG] == "True"
             items.append(Item("gsm8k", "math", r["prompt"], w, s, s and not w))
-    for line in own.read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            label, cat, text = line.split("\t", 2)
-            items.append(Item("own", cat, text, None, None, label == "hard"))
+    for path in own if isinstance(own, list) else [own]:
+        items += own_items(path)
     return items
+
+
+def own_items(path: Path) -> list[Item]:
+    """label, category[, kind], prompt per line (tab-separated; # comments)."""
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            fields = line.split("\t")
+            label, cat, text = fields[0], fields[1], fields[-1]
+            kind = fields[2] if len(fields) == 4 else None
+            out.append(Item("own", cat, text, None, None, label == "hard", kind))
+    return out
 
 
 def split(items: list[Item], seed: int = 1) -> tuple[list[int], set[int]]:
@@ -123,8 +155,8 @@ def _design(clf: Classifier, items: list[Item]) -> tuple[Any, np.ndarray]:
     return text, hand
 
 
-def train_complexity(data: Path, own: Path, catalog: Catalog, out_dir: Path, seed: int = 1
-                     ) -> dict[str, Any]:
+def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Path,
+                     seed: int = 1) -> dict[str, Any]:
     """Train, evaluate on the held-out items, save; then calibrate the quality
     targets with the router built from `catalog` (its curves price actions)."""
     from scipy.sparse import csr_matrix, hstack
@@ -142,12 +174,15 @@ def train_complexity(data: Path, own: Path, catalog: Catalog, out_dir: Path, see
     c_value, cv = REGULARISATION_C, _cross_validate(items, x, y, weight, train_idx)
     lr = LogisticRegression(C=c_value, max_iter=5000)
     lr.fit(x[train_idx], y[train_idx], sample_weight=weight[train_idx])
-    theta = lr.decision_function(x)
+    quality = dict(catalog.quality)
+    raw = lr.decision_function(x)
+    pivot = float(np.median(raw[[i for i in train_idx if items[i].source != "own"]]))
+    theta = np.where(raw >= pivot, raw, pivot + EASY_STRETCH * (raw - pivot))
     n_text = text.shape[1]
     coef = lr.coef_[0]
-    abilities = _abilities(items, theta, dict(catalog.quality))
+    abilities = _abilities(items, theta, quality)
     model = ComplexityModel(np.ascontiguousarray(coef[:n_text]), coef[n_text:], mean, scale,
-                            float(lr.intercept_[0]), abilities)
+                            float(lr.intercept_[0]), abilities, pivot, EASY_STRETCH)
     held_items = sorted(held)
     evaluation = {}
     for source in ("mmlu", "gsm8k"):
@@ -161,24 +196,27 @@ def train_complexity(data: Path, own: Path, catalog: Catalog, out_dir: Path, see
         "regularisation": {"C": c_value,
                            "mean_apgr_3fold_cv_on_training_items_by_C": cv},
         "abilities": abilities,
+        "easy_stretch": {"pivot": pivot, "factor": EASY_STRETCH},
         "training_items": len(train_idx), "held_out_items": len(held_items),
         "hand_features": list(NAMES),
         "sources": {
             "routellm": "lm-sys/RouteLLM evaluation data (Apache-2.0): MMLU (Hendrycks et al., "
                         "MIT) and GSM8K (Cobbe et al., MIT) with Mixtral-8x7B / GPT-4 "
                         "correctness",
-            "own": str(own.name) + ", written for joulegate",
+            "own": ", ".join(p.name for p in own) + ", written for joulegate",
             "levels": "models.yaml quality table (Llama-3.2-1B / 3.1-8B Instruct model "
                       "cards; Wilhelm, Wittkopp, Kao, EuroMLSys 2025)",
         },
         "assumptions": [
             "one difficulty scale for every model pair (which questions are hard "
-            "transfers from Mixtral/GPT-4 to Llama 1B/8B); item-response slope 1",
+            "transfers from Mixtral/GPT-4 to Llama 1B/8B); item-response slope 1 above the pivot",
             "answers of two models independent given the difficulty",
-            "quality targets: expected quality over the reference workload "
+            "quality targets: expected quality over the chat-traffic workload "
             f"(app/tools/workload.py, {REFERENCE_N} prompts, seed {REFERENCE_SEED}; the "
             "benchmarks use seed 0), energy from the catalog's curves at the default "
             "expected lengths",
+            "levels of writing, code and extraction calibrated on the own items labelled "
+            "hard (what IFEval, HumanEval and TLDR9+ measure); chat on all own chat items",
         ],
         "seed": seed,
     }
@@ -194,7 +232,7 @@ def train_complexity(data: Path, own: Path, catalog: Catalog, out_dir: Path, see
                 "lengths_file": None})}),
         LengthBook(None))
     assert router.model is not None, "the model just saved did not load"
-    prompts = [t for _, t in mixed_prompts(REFERENCE_N, data, seed=REFERENCE_SEED)]
+    prompts = [t for _, t in chat_traffic(REFERENCE_N, data, seed=REFERENCE_SEED)]
     report["quality_targets"], report["tolerance_sweep"] = _targets(router, prompts)
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     return report
@@ -225,11 +263,23 @@ def _cross_validate(items: list[Item], x: Any, y: np.ndarray, weight: np.ndarray
     return scores
 
 
+HARD_REFERENCE = frozenset({"writing", "code", "extraction"})  # see the module's docstring
+
+
+def reference_items(items: list[Item], cat: str) -> list[int]:
+    """The items a category's cited quality figure speaks for."""
+    benchmark = [i for i, it in enumerate(items) if it.category == cat and it.source != "own"]
+    if benchmark:
+        return benchmark
+    return [i for i, it in enumerate(items) if it.category == cat
+            and (it.hard or cat not in HARD_REFERENCE)]
+
+
 def _abilities(items: list[Item], theta: np.ndarray, quality: dict[str, dict[str, float]]
                ) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for cat, row in quality.items():
-        thetas = [float(theta[i]) for i, it in enumerate(items) if it.category == cat]
+        thetas = [float(theta[i]) for i in reference_items(items, cat)]
         if not thetas:
             thetas = [float(t) for t in theta]
         out[cat] = {act: round(calibrate_ability(thetas, q), 4) for act, q in row.items()}

@@ -1,9 +1,25 @@
-"""A mixed prompt workload from ../shared/data plus the project's own prompts.
+"""The two reference workloads: prompts in the proportions of real chat
+traffic, and the benchmark mix the project started with.
 
-Mix (fractions of n): GSM8K 20%, MMLU question stems 30% (random subjects),
-Arena-Hard 20%, the project's own chat / writing / extraction / code prompts
-30% (router/data/own_prompts.tsv, which are also training data for the
-classifier: the workload measures energy, not classifier accuracy).
+**chat-traffic** (the reference: quality targets are calibrated on it, the
+H200 replay runs it first). Shares of request kinds from Chatterji et al.,
+"How People Use ChatGPT" (NBER Working Paper 34255, 2025): the paper's
+conversation topics as shares of a representative sample of consumer
+messages, May 2024 - June 2025, taken from its figures as summarised in
+secondary reports (the paper gives several snapshots; these are one, to
+about a point); its multimedia (~6%) and unclassified (~5%) messages
+dropped and the rest renormalised. Each kind draws its prompts from the
+project's own labelled open prompts of that kind (router/data/open_prompts.tsv,
+also training data for the complexity model: the workload measures energy and
+calibrates targets, it does not judge the router), hard mathematical
+calculations also from GSM8K and hard programming also from Arena-Hard's
+coding prompts. Within a kind, the share of easy requests is an assumption
+(EASY_SHARE, [A]: no published per-kind difficulty split exists); over the
+workload it declares TRIVIAL_SHARE of requests easy.
+
+**benchmark-mix** (the second workload, kept): GSM8K 20%, MMLU question stems
+30%, Arena-Hard 20%, the project's own chat / writing / extraction / code
+prompts 30%.
 """
 
 from __future__ import annotations
@@ -17,9 +33,71 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MIX = {"gsm8k": 0.2, "mmlu": 0.3, "arena-hard": 0.2, "own": 0.3}
 
+# Percent of messages by fine conversation topic (NBER WP 34255); thanks fold into
+# greetings and chitchat, logic puzzles into data analysis.
+KIND_SHARE = {
+    "tutoring": 10.2, "how_to": 8.5, "health": 5.7, "ideation": 3.9,  # practical guidance
+    "edit_text": 10.6, "personal_writing": 8.0, "translation": 4.5,  # writing
+    "summary": 3.6, "fiction": 1.4,
+    "specific_info": 18.3, "products": 2.1, "recipes": 0.9,  # seeking information
+    "programming": 4.2, "math_calc": 3.0, "data_analysis": 0.4,  # technical help
+    "chitchat": 2.0, "reflection": 1.9, "role_play": 0.4,  # self-expression
+}
+# Share of easy requests within each kind [A].
+EASY_SHARE = {
+    "tutoring": 0.5, "how_to": 0.6, "health": 0.6, "ideation": 0.6, "edit_text": 0.6,
+    "personal_writing": 0.6, "translation": 0.7, "summary": 0.4, "fiction": 0.5,
+    "specific_info": 0.7, "products": 0.5, "recipes": 0.6, "programming": 0.4,
+    "math_calc": 0.5, "data_analysis": 0.3, "chitchat": 0.9, "reflection": 0.6,
+    "role_play": 0.5,
+}
+# Pools of the own prompts' kinds folded into a kind of KIND_SHARE.
+FOLDED = {"thanks": "chitchat", "logic": "data_analysis", "extract": "summary"}
+TRIVIAL_SHARE = sum(KIND_SHARE[k] * EASY_SHARE[k] for k in KIND_SHARE) / sum(KIND_SHARE.values())
+CODE_WORDS = ("python", "javascript", "sql", "function", "code", "script", "rust", "c++",
+              "java", "bash", "regex", "api", "class ")
+
+
+def _data(data: Path | None) -> Path:
+    return data or Path(os.environ.get("JOULEGATE_DATA", ROOT.parent / "shared" / "data"))
+
+
+def own_by_kind(path: Path | None = None) -> dict[tuple[str, str], list[str]]:
+    """(kind, easy|hard) -> prompts, from a 4-column own prompts file."""
+    pools: dict[tuple[str, str], list[str]] = {}
+    path = path or ROOT / "router" / "data" / "open_prompts.tsv"
+    for line in path.read_text().splitlines():
+        fields = line.split("\t")
+        if line.startswith("#") or len(fields) != 4:
+            continue
+        kind = FOLDED.get(fields[2], fields[2])
+        pools.setdefault((kind, fields[0]), []).append(fields[3])
+    return pools
+
+
+def chat_traffic(n: int, data: Path | None = None, seed: int = 0) -> list[tuple[str, str]]:
+    """n (kind:easy|hard, prompt) pairs in the shares above (sampled with
+    replacement: the pools are small)."""
+    data = _data(data)
+    rng = random.Random(seed)
+    pools = own_by_kind()
+    with (data / "gsm8k" / "train.jsonl").open() as f:
+        pools[("math_calc", "hard")] += [json.loads(x)["question"] for x in f]
+    with (data / "arena-hard" / "v0.1-question.jsonl").open() as f:
+        pools[("programming", "hard")] += [
+            p for p in (json.loads(x)["prompt"] for x in f)
+            if any(w in p.lower() for w in CODE_WORDS)]
+    kinds = list(KIND_SHARE)
+    out = []
+    for kind in rng.choices(kinds, weights=[KIND_SHARE[k] for k in kinds], k=n):
+        label = "easy" if rng.random() < EASY_SHARE[kind] else "hard"
+        out.append((f"{kind}:{label}", rng.choice(pools[(kind, label)])))
+    return out
+
 
 def mixed_prompts(n: int, data: Path | None = None, seed: int = 0) -> list[tuple[str, str]]:
-    data = data or Path(os.environ.get("JOULEGATE_DATA", ROOT.parent / "shared" / "data"))
+    """The benchmark mix: n (source, prompt) pairs."""
+    data = _data(data)
     rng = random.Random(seed)
     with (data / "gsm8k" / "train.jsonl").open() as f:
         gsm = [json.loads(x)["question"] for x in f]
@@ -39,3 +117,6 @@ def mixed_prompts(n: int, data: Path | None = None, seed: int = 0) -> list[tuple
         out += [(source, t) for t in rng.sample(pools[source], min(k, len(pools[source])))]
     rng.shuffle(out)
     return out[:n]
+
+
+WORKLOADS = {"chat-traffic": chat_traffic, "benchmark-mix": mixed_prompts}
