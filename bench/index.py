@@ -114,9 +114,19 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                   "auto against always-large at c=8, marginal pricing (nvml)",
                                   ""),
     "gpu-routing-marginal.png": ("same", "gpu-routing-marginal.json as a picture", ""),
+    "gpu-routing-benchmark-mix.json": ("python -m bench.gpu_routing --workload benchmark-mix "
+                                       "(device tool)", "auto against always-large and "
+                                       "small+CoT on the benchmark mix, c=1 and c=8 (nvml)", ""),
+    "gpu-routing-benchmark-mix.png": ("same", "gpu-routing-benchmark-mix.json as a picture", ""),
+    "gpu-routing-chat-traffic.json": ("python -m bench.gpu_routing --workload chat-traffic "
+                                      "(device tool)", "auto against always-large and "
+                                      "small+CoT on the chat-traffic workload, c=1 and c=8 "
+                                      "(nvml)", ""),
+    "gpu-routing-chat-traffic.png": ("same", "gpu-routing-chat-traffic.json as a picture", ""),
     "gpu-routing.json": ("python -m bench.gpu_routing (device tool)",
-                         "auto against always-large and small+CoT, c=1 and c=8 (nvml)", ""),
-    "gpu-routing.png": ("same", "gpu-routing.json as a picture", ""),
+                         "auto against always-large and small+CoT, c=1 and c=8 (nvml), the "
+                         "router before open requests", "gpu-routing-benchmark-mix.json"),
+    "gpu-routing.png": ("same", "gpu-routing.json as a picture", "gpu-routing-benchmark-mix.png"),
     "gpu-telemetry.json": ("python -m bench.gpu_telemetry (device tool)",
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
