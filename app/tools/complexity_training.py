@@ -148,29 +148,33 @@ def apgr_cpt(score: np.ndarray, weak: np.ndarray, strong: np.ndarray) -> dict[st
             "strong_accuracy": round(float(s.mean()), 4)}
 
 
-def _design(clf: Classifier, items: list[Item]) -> tuple[Any, np.ndarray]:
+def design(clf: Classifier, items: list[Item], train_idx: list[int]
+           ) -> tuple[Any, np.ndarray, np.ndarray, tuple[int, np.ndarray, np.ndarray]]:
+    """(features: the classifier's TF-IDF and the standardised hand features,
+    labels, sample weights, (TF-IDF width, hand mean, hand scale))."""
+    from scipy.sparse import csr_matrix, hstack
+
     union = clf._pipe.named_steps["features"]
     text = union.transform([prepare(i.text) for i in items])
     hand = np.array([difficulty_features(prepare(i.text)) for i in items])
-    return text, hand
+    mean, scale = hand[train_idx].mean(axis=0), hand[train_idx].std(axis=0) + 1e-9
+    x = hstack([text, csr_matrix((hand - mean) / scale)]).tocsr()
+    y = np.array([it.hard for it in items])
+    weight = np.array([SOURCE_WEIGHT.get(it.source, 1.0) for it in items])
+    return x, y, weight, (text.shape[1], mean, scale)
 
 
 def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Path,
                      seed: int = 1) -> dict[str, Any]:
     """Train, evaluate on the held-out items, save; then calibrate the quality
     targets with the router built from `catalog` (its curves price actions)."""
-    from scipy.sparse import csr_matrix, hstack
     from sklearn.linear_model import LogisticRegression
 
     clf = load_classifier()
     items = load_items(data, own)
     order, held = split(items, seed)
     train_idx = [i for i in order if i not in held]
-    text, hand = _design(clf, items)
-    mean, scale = hand[train_idx].mean(axis=0), hand[train_idx].std(axis=0) + 1e-9
-    x = hstack([text, csr_matrix((hand - mean) / scale)]).tocsr()
-    y = np.array([it.hard for it in items])
-    weight = np.array([SOURCE_WEIGHT.get(it.source, 1.0) for it in items])
+    x, y, weight, (n_text, mean, scale) = design(clf, items, train_idx)
     c_value, cv = REGULARISATION_C, _cross_validate(items, x, y, weight, train_idx)
     lr = LogisticRegression(C=c_value, max_iter=5000)
     lr.fit(x[train_idx], y[train_idx], sample_weight=weight[train_idx])
@@ -178,7 +182,6 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
     raw = lr.decision_function(x)
     pivot = float(np.median(raw[[i for i in train_idx if items[i].source != "own"]]))
     theta = np.where(raw >= pivot, raw, pivot + EASY_STRETCH * (raw - pivot))
-    n_text = text.shape[1]
     coef = lr.coef_[0]
     abilities = _abilities(items, theta, quality)
     model = ComplexityModel(np.ascontiguousarray(coef[:n_text]), coef[n_text:], mean, scale,

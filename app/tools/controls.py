@@ -30,10 +30,9 @@ from app.artifacts import load_classifier
 from app.catalog import Catalog
 from app.tools.complexity_training import (
     REGULARISATION_C,
-    SOURCE_WEIGHT,
     Item,
-    _design,
     apgr_cpt,
+    design,
     load_items,
     own_items,
     split,
@@ -45,7 +44,6 @@ RANDOM_FEATURES = 64
 def controls(data: Path, own: list[Path], held_open: Path, catalog: Catalog,
              seed: int = 1) -> dict[str, dict[str, float]]:
     """Set -> score -> APGR."""
-    from scipy.sparse import csr_matrix, hstack
     from sklearn.linear_model import LogisticRegression
 
     clf = load_classifier()
@@ -54,11 +52,7 @@ def controls(data: Path, own: list[Path], held_open: Path, catalog: Catalog,
     everything = items + extra
     order, held = split(items, seed)
     train = [i for i in order if i not in held]
-    text, hand = _design(clf, everything)
-    mean, scale = hand[train].mean(axis=0), hand[train].std(axis=0) + 1e-9
-    x = hstack([text, csr_matrix((hand - mean) / scale)]).tocsr()
-    y = np.array([it.hard for it in everything])
-    weight = np.array([SOURCE_WEIGHT.get(it.source, 1.0) for it in everything])
+    x, y, weight, _ = design(clf, everything, train)
     rng = np.random.default_rng(seed)
 
     def fitted(features: Any, labels: np.ndarray) -> np.ndarray:
