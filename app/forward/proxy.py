@@ -175,7 +175,10 @@ class Proxy:
             async with ex:
                 async for _, obj in ex.events(relay=False):
                     if obj is not None and isinstance(obj.get("error"), dict):
-                        raise UpstreamError("broken", str(obj["error"].get("message", obj)))
+                        message = str(obj["error"].get("message", obj))
+                        if client_caused(obj["error"]):
+                            raise upstream_rejected(ex.fw.decision.backend, 400, message)
+                        raise UpstreamError("broken", message)
                     if obj is not None:
                         try:
                             asm.add(obj)
@@ -247,6 +250,15 @@ def final_usage(ex: Exchange) -> dict[str, Any]:
     add_prior_usage(usage, ex.fw.prior)
     usage.update(energy_fields(ex.figure))
     return usage
+
+
+def client_caused(error: dict[str, Any]) -> bool:
+    """A worker's in-stream error that the request caused: a 4xx code, or
+    llama.cpp's grammar failures (it reports them as 500: a client's grammar
+    that completed while `ignore_eos` forbade the end, or that no token fits)."""
+    code = error.get("code")
+    message = str(error.get("message", "")).lower()
+    return (isinstance(code, int) and 400 <= code < 500) or "grammar" in message
 
 
 def _worker_message(raw: bytes) -> str:

@@ -66,9 +66,9 @@ def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> 
      "invalid_value", "messages.0.content.0.text"),
     ({"model": "auto", "messages": [{"role": "user", "content": "a \ud800 b"}]},
      "invalid_value", "messages.0.content"),  # a worker answers 500 to a lone surrogate
-    # llama.cpp fails once the grammar is complete and the end token is banned
-    ({"model": "small", "messages": MSG, "grammar": 'root ::= "a"', "ignore_eos": True},
-     "invalid_value", "ignore_eos"),
+    # llama.cpp fails once the JSON is complete and the end token is banned
+    ({"model": "small", "messages": MSG, "json_schema": {"type": "object"},
+      "ignore_eos": True}, "invalid_value", "ignore_eos"),
     ({"model": "small", "messages": MSG, "response_format": {"type": "json_object"},
       "ignore_eos": True}, "invalid_value", "ignore_eos"),
 ])
@@ -128,6 +128,22 @@ def test_worker_errors_are_wrapped(gw: RunningGateway, fakes: FakeWorkers, worke
     assert "the worker says no" in str(err["message"])
     if status == 503:
         assert int(r.headers["retry-after"]) >= 1
+
+
+def test_a_grammar_the_worker_fails_on_is_the_client_s_fault(gw: RunningGateway,
+                                                             fakes: FakeWorkers) -> None:
+    """llama.cpp reports a grammar that completed under ignore_eos as a 500
+    event: the request caused it, so it is a 400, and no replica fault."""
+    async def grammar_failure(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=sse_answer(
+            1, error="got exception: Unexpected empty grammar stack after accepting piece"))
+    fakes.behaviour[SMALL] = grammar_failure
+    for _ in range(3):
+        err = assert_envelope(chat(gw, {"model": "small", "messages": MSG,
+                                        "grammar": 'root ::= "a"', "ignore_eos": True}),
+                              400, "upstream_rejected")
+        assert "grammar" in str(err["message"])
+    assert httpx.get(gw.url + "/readyz").status_code == 200  # the breaker did not open
 
 
 def test_worker_error_mid_stream(gw: RunningGateway, fakes: FakeWorkers) -> None:
