@@ -374,7 +374,8 @@ class Ledger:
         last step at the latest span's net power; of it, the request's share
         of the work: its own tokens in the stretch against the work per
         second of the last settled span (evenly with the requests running
-        now when that says nothing)."""
+        now when that says nothing). A request no counter step has seen yet
+        gets its curve's estimate instead (with a curve)."""
         assert win.closed_at is not None
         idle_w = self._idle_w or 0.0
         start = end = max(win.settled_until, win.opened_at)
@@ -389,8 +390,21 @@ class Ledger:
             end = b
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
+            if end == start and b <= win.opened_at and win.rates.coef is not None:
+                # No counter step has seen this request yet (shorter than a
+                # step): the last span's power says nothing of it (on a quiet
+                # device, 0 J). Its curve does.
+                return self._curve_net(win, start, stretch_s, idle_w), idle_extra
             extra += max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
         return extra * self._work_share(win, start, stretch_s), idle_extra
+
+    def _curve_net(self, win: Window, start: float, stretch_s: float, idle_w: float) -> float:
+        """Net joules of the request's tokens since `start` by its curve: their
+        marginal cost beside the requests running, less their share of idle."""
+        dp, dd, context = span_tokens(win, start, win.closed_at or start)
+        n = 1 + self._open_count
+        gross = dp * win.rates.prefill_rate(n, self._w) + dd * win.rates.decode_rate(context, n)
+        return max(0.0, gross - idle_w * stretch_s / n)
 
     def _work_share(self, win: Window, start: float, stretch_s: float) -> float:
         rate, batch = self._work

@@ -363,3 +363,30 @@ def test_finished_figures_are_kept_compact_and_bounded_in_number() -> None:
     assert last is not None and last.final
     assert last.standalone_j == pytest.approx(SMALL.standalone_joules(100, 10))
     check_invariant(ledger)
+
+
+def test_a_request_shorter_than_a_step_gets_its_curve_s_estimate_not_zero() -> None:
+    """A 30 ms answer on a quiet device ends before any counter step sees it:
+    the last span's power (idle) gave its response 0 J (on the H200, every
+    1-4-token answer alone). With a curve it gets the curve's net estimate;
+    the final figure still comes from the counter."""
+    idle_w = 5.0  # SMALL is a CPU worker's curve
+    ledger, counter, clock = make(lambda t: idle_w + (300.0 if 1.21 <= t < 1.26 else 0.0),
+                                  idle=idle_w)
+    drive(ledger, counter, clock, 1.21)
+    wid = ledger.open(rates=SMALL)
+    plain = ledger.open()  # the same request without a curve: as before
+    clock.t = 1.24
+    points = [(0.0, 0, 0), (0.01, 32, 0), (0.03, 32, 1)]
+    without = ledger.close(plain, points)
+    with_curve = ledger.close(wid, points)  # alone by now: priced at a batch of 1
+    assert with_curve is not None and without is not None and not with_curve.final
+    d_prefill = 32 * SMALL.prefill_rate(1, 0.0)
+    d_decode = SMALL.decode_rate(32, 1)
+    expected = d_prefill + d_decode - idle_w * 0.03
+    assert with_curve.net_j == pytest.approx(expected) and with_curve.net_j > 0
+    assert without.net_j == pytest.approx(0.0, abs=1e-9)
+    drive(ledger, counter, clock, 2.5)
+    final = ledger.result(wid)
+    assert final is not None and final.final and final.net_j > 0
+    check_invariant(ledger)
