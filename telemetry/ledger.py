@@ -374,8 +374,9 @@ class Ledger:
         last step at the latest span's net power; of it, the request's share
         of the work: its own tokens in the stretch against the work per
         second of the last settled span (evenly with the requests running
-        now when that says nothing). A request no counter step has seen yet
-        gets its curve's estimate instead (with a curve)."""
+        now when that says nothing). A request no counter step has seen yet,
+        for which that comes to nothing (a quiet device), gets its curve's
+        estimate instead (with a curve)."""
         assert win.closed_at is not None
         idle_w = self._idle_w or 0.0
         start = end = max(win.settled_until, win.opened_at)
@@ -388,15 +389,16 @@ class Ledger:
             net_w = max(0.0, energy / (b - a) - idle_w)
             extra += net_w * win.overlap_s(max(a, end), b)
             end = b
+        unseen = end == start  # no pending step covers it (shorter than a step)
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
-            if end == start and b <= win.opened_at and win.rates.coef is not None:
-                # No counter step has seen this request yet (shorter than a
-                # step): the last span's power says nothing of it (on a quiet
-                # device, 0 J). Its curve does.
-                return self._curve_net(win, start, stretch_s, idle_w), idle_extra
+            unseen = unseen and b <= win.opened_at
             extra += max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
-        return extra * self._work_share(win, start, stretch_s), idle_extra
+        estimate = extra * self._work_share(win, start, stretch_s)
+        if estimate < 1e-6 and unseen and win.rates.coef is not None:
+            # The last span's power said nothing of it (a quiet device: 0 J).
+            estimate = self._curve_net(win, start, stretch_s, idle_w)
+        return estimate, idle_extra
 
     def _curve_net(self, win: Window, start: float, stretch_s: float, idle_w: float) -> float:
         """Net joules of the request's tokens since `start` by its curve: their
