@@ -10,7 +10,8 @@ is then likely to be worth.
    offline so that the average over the category's reference items equals
    the published accuracy of that model and strategy (the models.yaml table:
    Llama-3.2-1B / 3.1-8B model cards, Wilhelm et al.). Assumption: one
-   difficulty scale for every model pair, slope 1.
+   difficulty scale for every model pair, slope 1 (below the median benchmark
+   item the logit is stretched: `ComplexityModel.stretched`).
 3. Complexity = P(large direct acceptable) x (1 - P(small direct acceptable)):
    the probability that the small tier's direct answer is worse.
 

@@ -48,7 +48,7 @@ import csv
 import json
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,7 @@ def design(clf: Classifier, items: list[Item], train_idx: list[int]
 
 
 def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Path,
-                     seed: int = 1) -> dict[str, Any]:
+                     seed: int = 1, easy_stretch: float = EASY_STRETCH) -> dict[str, Any]:
     """Train, evaluate on the held-out items, save; then calibrate the quality
     targets with the router built from `catalog` (its curves price actions)."""
     from sklearn.linear_model import LogisticRegression
@@ -178,14 +178,14 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
     c_value, cv = REGULARISATION_C, _cross_validate(items, x, y, weight, train_idx)
     lr = LogisticRegression(C=c_value, max_iter=5000)
     lr.fit(x[train_idx], y[train_idx], sample_weight=weight[train_idx])
-    quality = dict(catalog.quality)
     raw = lr.decision_function(x)
     pivot = float(np.median(raw[[i for i in train_idx if items[i].source != "own"]]))
-    theta = np.where(raw >= pivot, raw, pivot + EASY_STRETCH * (raw - pivot))
     coef = lr.coef_[0]
-    abilities = _abilities(items, theta, quality)
     model = ComplexityModel(np.ascontiguousarray(coef[:n_text]), coef[n_text:], mean, scale,
-                            float(lr.intercept_[0]), abilities, pivot, EASY_STRETCH)
+                            float(lr.intercept_[0]), {}, pivot, easy_stretch)
+    theta = np.array([model.stretched(float(z)) for z in raw])  # the router's own map
+    abilities = _abilities(items, theta, dict(catalog.quality))
+    model = replace(model, abilities=abilities)
     held_items = sorted(held)
     evaluation = {}
     for source in ("mmlu", "gsm8k"):
@@ -199,7 +199,7 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
         "regularisation": {"C": c_value,
                            "mean_apgr_3fold_cv_on_training_items_by_C": cv},
         "abilities": abilities,
-        "easy_stretch": {"pivot": pivot, "factor": EASY_STRETCH},
+        "easy_stretch": {"pivot": pivot, "factor": easy_stretch},
         "training_items": len(train_idx), "held_out_items": len(held_items),
         "hand_features": list(NAMES),
         "sources": {

@@ -62,6 +62,16 @@ def _data(data: Path | None) -> Path:
     return data or Path(os.environ.get("JOULEGATE_DATA", ROOT.parent / "shared" / "data"))
 
 
+def _gsm8k(data: Path) -> list[str]:
+    with (data / "gsm8k" / "train.jsonl").open() as f:
+        return [json.loads(x)["question"] for x in f]
+
+
+def _arena_hard(data: Path) -> list[str]:
+    with (data / "arena-hard" / "v0.1-question.jsonl").open() as f:
+        return [json.loads(x)["prompt"] for x in f]
+
+
 def own_by_kind(path: Path | None = None) -> dict[tuple[str, str], list[str]]:
     """(kind, easy|hard) -> prompts, from a 4-column own prompts file."""
     pools: dict[tuple[str, str], list[str]] = {}
@@ -81,12 +91,9 @@ def chat_traffic(n: int, data: Path | None = None, seed: int = 0) -> list[tuple[
     data = _data(data)
     rng = random.Random(seed)
     pools = own_by_kind()
-    with (data / "gsm8k" / "train.jsonl").open() as f:
-        pools[("math_calc", "hard")] += [json.loads(x)["question"] for x in f]
-    with (data / "arena-hard" / "v0.1-question.jsonl").open() as f:
-        pools[("programming", "hard")] += [
-            p for p in (json.loads(x)["prompt"] for x in f)
-            if any(w in p.lower() for w in CODE_WORDS)]
+    pools[("math_calc", "hard")] += _gsm8k(data)
+    pools[("programming", "hard")] += [p for p in _arena_hard(data)
+                                       if any(w in p.lower() for w in CODE_WORDS)]
     kinds = list(KIND_SHARE)
     out = []
     for kind in rng.choices(kinds, weights=[KIND_SHARE[k] for k in kinds], k=n):
@@ -99,18 +106,14 @@ def mixed_prompts(n: int, data: Path | None = None, seed: int = 0) -> list[tuple
     """The benchmark mix: n (source, prompt) pairs."""
     data = _data(data)
     rng = random.Random(seed)
-    with (data / "gsm8k" / "train.jsonl").open() as f:
-        gsm = [json.loads(x)["question"] for x in f]
     mmlu = []
     for path in sorted((data / "mmlu" / "test").glob("*_test.csv")):
         with path.open(newline="") as f:
             mmlu += [r[0] for r in csv.reader(f) if r]
-    with (data / "arena-hard" / "v0.1-question.jsonl").open() as f:
-        arena = [json.loads(x)["prompt"] for x in f]
     own = [line.split("\t", 1)[1] for line in
            (ROOT / "router" / "data" / "own_prompts.tsv").read_text().splitlines()
            if "\t" in line and line.split("\t", 1)[0] in ("chat", "writing", "extraction", "code")]
-    pools = {"gsm8k": gsm, "mmlu": mmlu, "arena-hard": arena, "own": own}
+    pools = {"gsm8k": _gsm8k(data), "mmlu": mmlu, "arena-hard": _arena_hard(data), "own": own}
     out = []
     for source, frac in MIX.items():
         k = round(n * frac)
