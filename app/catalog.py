@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 BackendKind = Literal["llamacpp", "vllm"]
 SourceName = Literal["auto", "nvml", "rapl", "estimate"]
@@ -66,9 +74,11 @@ class Backend(_Strict):
     model: str = Field(description="model name sent upstream")
     replicas: list[Replica] = Field(min_length=1)
     reasoning: bool = False
-    # How a reasoning model's think span is capped: `native` (llama.cpp's
-    # thinking_budget_tokens) or `splice` (two requests with
-    # continue_final_message; vLLM). Default: native on llamacpp, splice on vllm.
+    # How a reasoning model's think span is capped: `native` (the engine's own
+    # per-request budget: llama.cpp's thinking_budget_tokens, vLLM's
+    # thinking_token_budget where the server has a reasoning config) or
+    # `splice` (two requests with continue_final_message: any vLLM).
+    # Default: native on llamacpp, splice on vllm.
     thinking: Literal["native", "splice"] | None = None
     curves: str | None = None
     # The weights' type (F16, Q4_K_M, AWQ...) where the engine does not say it
@@ -102,8 +112,28 @@ class Routing(_Strict):
     tolerance: float = Field(default=0.05, ge=0, le=1)
     direct_max_tokens: int = Field(default=512, gt=0)
     cot_max_tokens: int = Field(default=1024, gt=0)
-    thinking_budget: int = Field(default=512, gt=0)
+    # Thinking budgets a reasoning backend's `cot` may take (router.thinking),
+    # and the unbounded rung's cap; thinking tokens per category for a model
+    # thinking to its own end (seeds: router.thinking.THINKING_TOKENS).
+    thinking_budgets: list[PositiveInt] = Field(default=[256, 1024, 4096], min_length=1)
+    max_thinking_tokens: int = Field(default=16384, gt=0)
+    thinking_tokens: dict[str, float] = Field(default_factory=dict)
+    # Written into the think span when a budget runs out, before the engine
+    # closes it: the model then answers from what it has (the Qwen3 report's
+    # stop-thinking instruction, arXiv 2505.09388, Section 4.7; own words).
+    budget_message: str = ("\n\nThe thinking budget is spent, so I will answer now "
+                           "from what I have worked out so far.\n")
     strategies: list[Literal["direct", "cot"]] = ["direct", "cot"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_budget(cls, data: Any) -> Any:
+        """`thinking_budget: N` (before the ladder): a ladder of one rung."""
+        if isinstance(data, dict) and "thinking_budget" in data:
+            data = dict(data)
+            data.setdefault("thinking_budgets", [data.pop("thinking_budget")])
+        return data
+
     lengths_file: str | None = None
     classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl
     complexity: str | None = None  # default: the committed router/artifacts/complexity.npz

@@ -13,6 +13,7 @@ from router.engine import Router
 from router.policy import ActionSpec, Caps, Policy
 from router.pricing import Site
 from router.quality import ExpectedLengths, QualityTable, action
+from router.thinking import THINKING_TOKENS, ThinkingModel
 
 log = logging.getLogger("joulegate.routing")
 
@@ -31,10 +32,25 @@ class LengthBook:
             except (OSError, ValueError, AssertionError) as exc:
                 log.warning("ignoring unreadable %s: %s", path, exc)
 
-    def observe(self, d: Decision, completion_tokens: int) -> None:
+    def observe(self, d: Decision, completion_tokens: int, thinking_tokens: int = 0) -> None:
+        """A routed request's lengths. A reasoning backend's answer is learned
+        apart from its thinking (`tier:direct`), and its thinking (`tier:think`)
+        where the span ended within its budget (a cut-off span says only that
+        the model would have thought at least that long: learned only where
+        it is above what was expected)."""
         if not d.routed or completion_tokens <= 0:
             return
-        self.lengths.observe(d.category, action(d.tier, d.strategy), completion_tokens)
+        if d.thinking_budget is None:
+            self.lengths.observe(d.category, action(d.tier, d.strategy), completion_tokens)
+        else:
+            self.lengths.observe(d.category, action(d.tier, "direct"),
+                                 max(1, completion_tokens - thinking_tokens))
+            if thinking_tokens > 0:
+                think = action(d.tier, "think")
+                known = self.lengths.values.get(d.category, {}).get(think)
+                if thinking_tokens < d.thinking_budget or known is None \
+                        or thinking_tokens > known:
+                    self.lengths.observe(d.category, think, thinking_tokens)
         self._since_save += 1
         if self._since_save >= self._save_every:
             self.save()
@@ -60,11 +76,17 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
     curves = {b.name: load_curve(catalog.path(b.curves)) for b in catalog.backends if b.curves}
     policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
                     catalog.tiers, r.tolerance,
-                    Caps(r.direct_max_tokens, r.cot_max_tokens, r.thinking_budget),
-                    sites(catalog))
+                    Caps(r.direct_max_tokens, r.cot_max_tokens),
+                    sites(catalog), thinking_model(catalog))
     model, targets = load_complexity(
         catalog.path(r.complexity) if r.complexity else COMPLEXITY, r.quality_target)
     return Router(classifier, policy, catalog.tiers[-1], model, targets)
+
+
+def thinking_model(catalog: Catalog) -> ThinkingModel:
+    r = catalog.routing
+    return ThinkingModel(tuple(sorted(set(r.thinking_budgets))), r.max_thinking_tokens,
+                         {**THINKING_TOKENS, **r.thinking_tokens})
 
 
 def sites(catalog: Catalog) -> dict[str, Site]:

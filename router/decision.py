@@ -28,6 +28,12 @@ class Query:
     # Keep this share of always-large quality over traffic like the reference
     # workload (`balanced`); None: the deployment's default.
     quality_target: float | None = None
+    # The largest thinking budget the client allows (its reasoning_effort; 0:
+    # no thinking, no CoT); None: the ladder's every rung.
+    thinking_ceiling: int | None = None
+    # max_tokens bounds thinking and answer together (max_completion_tokens);
+    # otherwise a thinking budget comes on top of the answer's max_tokens.
+    limit_includes_thinking: bool = False
 
 
 class Unroutable(Exception):
@@ -60,8 +66,8 @@ class Decision:
     # without a complexity model.
     complexity: float | None = None
     quality_target: float | None = None
-    # Every action considered: tier, strategy, expected_quality,
-    # expected_joules, completion_tokens.
+    # Every action considered: tier, strategy, thinking_budget, expected_quality,
+    # expected_joules, completion_tokens, thinking_tokens.
     candidates: tuple[dict[str, Any], ...] = ()
 
     def as_json(self) -> dict[str, Any]:

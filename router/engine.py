@@ -73,14 +73,17 @@ class Router:
         probs = self.classifier.probabilities_of(feats)
         quality = None
         cx = None
+        difficulty = 0.0
         if self.model is not None:
             theta = self.model.theta(feats, q.text)
+            difficulty = theta - self.model.pivot
             quality = self.model.qualities(theta, probs, self._keys)
             small, large = (quality.get(k) for k in self._direct)
             if small is not None and large is not None:
                 cx = complexity(small, large)
         cands = self.policy.candidates(probs, q.prompt_tokens, q.max_tokens, q.concurrency,
-                                       quality)
+                                       quality, difficulty, q.thinking_ceiling,
+                                       q.limit_includes_thinking)
         return Assessment(probs, max(probs, key=lambda k: probs[k]), cx, cands)
 
     def decide(self, q: Query, explain: bool = True) -> Decision:
@@ -98,7 +101,7 @@ class Router:
         if choice.chosen.spec.backend in q.unavailable:
             choice, degraded = self._next_best(choice, q, tolerance)
         c = choice.chosen
-        max_tokens, budget = self.policy.token_caps(c, q.max_tokens)
+        max_tokens, budget = self.policy.token_caps(c, q.max_tokens, q.limit_includes_thinking)
         baseline = next((x.expected_joules for x in cands
                          if x.spec.tier == self._baseline_tier and x.spec.strategy == "direct"),
                         None)
@@ -132,17 +135,28 @@ def _explained(d: Decision, choice: Choice, probs: Mapping[str, float],
     judged = f"complexity {cx:.2f}; " if cx is not None else ""
     return replace(
         d, category_probabilities={k: round(v, 4) for k, v in probs.items()},
-        reason=f"{d.category} ({probs[d.category]:.0%}); {judged}{c.spec.key} at {joules}"
+        reason=f"{d.category} ({probs[d.category]:.0%}); {judged}{c.label}{_thinks(c)} at {joules}"
                f" ({c.pricing}{_waking_note(c, cands)}), quality {c.expected_quality:.3f};"
                f" {choice.reason}",
         candidates=tuple(_describe(x) for x in cands))
 
 
+def _thinks(c: Candidate) -> str:
+    """What a reasoning action's budget means, in words."""
+    if c.thinking_budget is None:
+        return ""
+    if c.thinking_budget == 0:
+        return " (no thinking)"
+    return f" (thinking ~{c.thinking_tokens} tokens under a {c.thinking_budget}-token budget)"
+
+
 def _describe(c: Candidate) -> dict[str, object]:
     return {"tier": c.spec.tier, "backend": c.spec.backend, "strategy": c.spec.strategy,
+            "thinking_budget": c.thinking_budget,
             "expected_quality": round(c.expected_quality, 4),
             "expected_joules": None if c.expected_joules is None else round(c.expected_joules, 3),
-            "completion_tokens": c.completion_tokens, "pricing": c.pricing}
+            "completion_tokens": c.completion_tokens, "thinking_tokens": c.thinking_tokens,
+            "pricing": c.pricing}
 
 
 def _waking_note(chosen: Candidate, cands: list[Candidate]) -> str:

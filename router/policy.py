@@ -1,6 +1,8 @@
 """The policy: which action gives the quality this request needs for the fewest joules.
 
-An action is a tier's backend with a strategy (direct or cot). For each, the
+An action is a tier's backend with a strategy (direct or cot); on a reasoning
+backend `cot` is thinking, one candidate per rung of the thinking-budget
+ladder (router.thinking), `direct` is no thinking. For each, the
 expected quality comes from the quality table weighted by the category
 probabilities, the expected joules from the backend's operating curve at the
 expected completion length, priced by what the backends run now
@@ -17,13 +19,14 @@ cheapest is taken and the reason says the cap could not be met.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from router.curves import Curve
 from router.decision import Policy as PolicyName
 from router.pricing import Pricing, Site
 from router.quality import ExpectedLengths, QualityTable, action
+from router.thinking import CLOSING_TOKENS, ThinkingModel, budget_share
 
 COT_PROMPT_TOKENS = 32  # the step-by-step instruction added to the prompt
 
@@ -47,6 +50,16 @@ class Candidate:
     expected_joules: float | None
     completion_tokens: int
     pricing: str = ""  # how its joules were priced (router.pricing): alone, joins, beside
+    # Reasoning backends: the thinking budget (0: no thinking) and the thinking
+    # tokens expected under it (in completion_tokens); None: not a reasoning action.
+    thinking_budget: int | None = None
+    thinking_tokens: int = 0
+
+    @property
+    def label(self) -> str:
+        """The action in words: `large:cot@1024` for a thinking budget."""
+        b = self.thinking_budget
+        return self.spec.key + (f"@{b}" if b and self.spec.strategy == "cot" else "")
 
 
 @dataclass(frozen=True)
@@ -61,7 +74,6 @@ class Choice:
 class Caps:
     direct_max_tokens: int = 512
     cot_max_tokens: int = 1024
-    thinking_budget: int = 512
 
 
 def _cost(c: Candidate, rank: Mapping[str, int]) -> float:
@@ -73,8 +85,10 @@ class Policy:
     def __init__(self, actions: list[ActionSpec], quality: QualityTable,
                  lengths: ExpectedLengths, curves: Mapping[str, Curve], tiers: list[str],
                  tolerance: float = 0.05, caps: Caps = Caps(),
-                 sites: Mapping[str, Site] | None = None) -> None:
+                 sites: Mapping[str, Site] | None = None,
+                 thinking: ThinkingModel | None = None) -> None:
         self.actions = actions
+        self.thinking = thinking or ThinkingModel()
         self.quality = quality
         self.lengths = lengths
         self.curves = curves
@@ -91,21 +105,75 @@ class Policy:
 
     def candidates(self, probs: Mapping[str, float], prompt_tokens: int,
                    max_tokens: int | None, concurrency: Mapping[str, int],
-                   quality: Mapping[str, float] | None = None) -> list[Candidate]:
+                   quality: Mapping[str, float] | None = None, difficulty: float = 0.0,
+                   ceiling: int | None = None, limit_includes_thinking: bool = False
+                   ) -> list[Candidate]:
         """Every action, priced. `quality`: this request's expected quality per
-        action (the complexity model); without it, the category table's."""
+        action (the complexity model); without it, the category table's.
+        `difficulty`: the request's logit above the median item (thinking
+        lengths); `ceiling`: the client's largest thinking budget (0: none);
+        `limit_includes_thinking`: `max_tokens` bounds thinking and answer
+        together (the client's max_completion_tokens)."""
+        def q_of(key: str) -> float:
+            return quality[key] if quality is not None and key in quality \
+                else self.quality.expected(probs, key)
+
         out = []
         for a, key, cap, extra, curve in self._plans:
+            if a.strategy == "cot" and ceiling == 0:
+                continue  # the client asked for no reasoning
+            if a.reasoning:
+                out += self._reasoning(a, key, curve, probs, prompt_tokens, max_tokens,
+                                       concurrency, q_of, difficulty, ceiling,
+                                       limit_includes_thinking)
+                continue
             expected = self.lengths.expected(probs, key)
             limit = min(max_tokens, cap) if max_tokens else cap
             tokens = int(min(expected, limit))
             price = self.pricing.price(curve, a.backend, prompt_tokens + extra, tokens,
                                        concurrency) if curve else None
-            q = quality[key] if quality is not None and key in quality \
-                else self.quality.expected(probs, key)
-            out.append(Candidate(a, q, price.joules if price else None, tokens,
+            out.append(Candidate(a, q_of(key), price.joules if price else None, tokens,
                                  price.note if price else "no curve"))
         return out
+
+    def _reasoning(self, a: ActionSpec, key: str, curve: Curve | None,
+                   probs: Mapping[str, float], prompt_tokens: int, max_tokens: int | None,
+                   concurrency: Mapping[str, int], q_of: Callable[[str], float],
+                   difficulty: float, ceiling: int | None, total: bool) -> list[Candidate]:
+        """A reasoning backend's candidates: no thinking, or one per budget rung."""
+        direct = action(a.tier, "direct")
+        answer_cap = max_tokens or self.caps.direct_max_tokens
+        answer = int(min(self.lengths.expected(probs, direct), answer_cap))
+        q_direct = q_of(direct)
+        if a.strategy == "direct":
+            return [self._priced(a, curve, q_direct, prompt_tokens, answer, 0, 0,
+                                 concurrency)]
+        learned = self.lengths.column(action(a.tier, "think"))
+        natural = self.thinking.natural(probs, learned, difficulty)
+        gain = q_of(key) - q_direct
+        out: list[Candidate] = []
+        for rung in self.thinking.rungs(ceiling):
+            budget = rung if rung is not None else self.thinking.max_thinking_tokens
+            bounded, tokens = rung is not None, answer
+            if total and max_tokens is not None:  # thinking and answer share the limit
+                budget = min(budget, max_tokens - min(answer, max_tokens // 2))
+                bounded, tokens = True, min(answer, max_tokens - budget)
+                if budget < 32 or any(c.thinking_budget == budget for c in out):
+                    continue
+            limit = budget if bounded else None
+            q = q_direct + gain * budget_share(limit, natural)
+            out.append(self._priced(a, curve, q, prompt_tokens, tokens, budget,
+                                    self.thinking.spent(limit, natural), concurrency))
+        return out
+
+    def _priced(self, a: ActionSpec, curve: Curve | None, q: float, prompt_tokens: int,
+                answer: int, budget: int, thinking: int, concurrency: Mapping[str, int]
+                ) -> Candidate:
+        tokens = answer + thinking
+        price = self.pricing.price(curve, a.backend, prompt_tokens, tokens, concurrency) \
+            if curve else None
+        return Candidate(a, q, price.joules if price else None, tokens,
+                         price.note if price else "no curve", budget, thinking)
 
     def choose(self, cands: list[Candidate], mode: PolicyName,
                max_joules: float | None, per_query_tolerance: float | None = None) -> Choice:
@@ -150,11 +218,18 @@ class Policy:
         """A tier's place, cheapest first."""
         return self._rank[tier]
 
-    def token_caps(self, c: Candidate, max_tokens: int | None) -> tuple[int, int | None]:
-        """(max_tokens, thinking_budget) for the chosen action."""
+    def token_caps(self, c: Candidate, max_tokens: int | None,
+                   limit_includes_thinking: bool = False) -> tuple[int, int | None]:
+        """(max_tokens, thinking_budget) for the chosen action. A thinking
+        budget comes on top of the answer's tokens unless the client's limit
+        holds both (max_completion_tokens)."""
+        if c.thinking_budget is not None:  # a reasoning backend
+            answer = max_tokens or self.caps.direct_max_tokens
+            if c.thinking_budget == 0 or (limit_includes_thinking and max_tokens):
+                return answer, c.thinking_budget
+            return c.thinking_budget + CLOSING_TOKENS + answer, c.thinking_budget
         if c.spec.strategy == "cot":
             cap = min(max_tokens, self.caps.cot_max_tokens) if max_tokens \
                 else self.caps.cot_max_tokens
-            return cap, (self.caps.thinking_budget if c.spec.reasoning else None)
-        cap = max_tokens or self.caps.direct_max_tokens
-        return cap, (0 if c.spec.reasoning else None)
+            return cap, None
+        return max_tokens or self.caps.direct_max_tokens, None

@@ -49,6 +49,10 @@ class ExpectedLengths:
             total += p * (fallback if row is None else row.get(act, fallback))
         return total
 
+    def column(self, act: str) -> dict[str, float]:
+        """category -> the learned value for `act`, where one has been learned."""
+        return {c: row[act] for c, row in self.values.items() if act in row}
+
     def observe(self, category: str, act: str, completion_tokens: int) -> None:
         row = self.values.setdefault(category, {})
         n = self.counts.setdefault(category, {}).get(act, 0)

@@ -27,7 +27,15 @@ from typing import Any
 from app import jsonio
 from app.forward import sse
 from app.forward.plan import Forward
-from app.forward.usage import chunk_text, loop_chunk, mark_whole, plus_prior, usage_tokens
+from app.forward.usage import (
+    chunk_text,
+    chunk_thinks,
+    loop_chunk,
+    mark_whole,
+    plus_prior,
+    usage_tokens,
+    with_thinking,
+)
 from app.forward.watch import shielded
 from app.metering.meter import Meter
 from app.tenancy.spend import UsageRow
@@ -56,7 +64,8 @@ class Parts:
     upstream: Upstream
     meter: Meter
     metrics: Metrics
-    on_complete: Callable[[Decision, int], None] = lambda d, n: None
+    # a finished request: its decision, completion tokens, of which thinking
+    on_complete: Callable[[Decision, int, int], None] = lambda d, n, t: None
     rates: Mapping[str, TokenRates] = field(default_factory=dict)  # backend -> curve's
     on_tokens: Callable[[str, int], None] = lambda key_id, n: None  # a key's tokens spent
     on_usage: Callable[[UsageRow], None] = lambda row: None  # a finished request's row
@@ -78,6 +87,8 @@ class Exchange:
         self.status = "ok"
         self.usage_event: dict[str, Any] | None = None
         self.decode = 0
+        self.thinking = 0  # of `decode`, the tokens inside the think span
+        self._reasons = bool(fw.decision.thinking_budget)  # count them?
         self.figure: EnergyFigure | None = None
         self.usage: dict[str, Any] | None = None
         self._last: dict[str, Any] | None = None
@@ -191,6 +202,8 @@ class Exchange:
             raise UpstreamError("broken", str(exc)) from None
         if text:
             self.decode += 1
+            if self._reasons and chunk_thinks(obj):
+                self.thinking += 1
             self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)
             self._last = obj
         return (self._renamed(event, obj) if relay else event), obj, text
@@ -278,6 +291,8 @@ class Exchange:
         if not isinstance(usage, dict):  # ended before the worker's usage chunk
             usage = {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion}
+        if self.thinking:
+            usage = with_thinking(usage, self.thinking)
         self.usage = usage
         row = None
         if self.count:  # on disk before the answer leaves: a kill -9 loses no row
@@ -312,7 +327,8 @@ class Exchange:
         if self.count:
             p.metrics.request(d.tier, d.backend, fw.route, d.category, self.status)
             if self.status == "ok":
-                p.on_complete(d, completion + (fw.prior.completion_tokens if fw.prior else 0))
+                prior = fw.prior.completion_tokens if fw.prior else 0
+                p.on_complete(d, completion + prior, self.thinking + prior)
         upstream_s = ended_s - self._sent_at
         p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
         p.metrics.tokens(d.tier, d.backend, prompt, completion)

@@ -56,6 +56,9 @@ class Ask:
     received_at: float  # time.perf_counter() when the request arrived
     key: ApiKey | None = None
     disconnected: Callable[[], Awaitable[bool]] | None = None
+    # The largest thinking budget the client allows, its numeric budget
+    # fields included (ChatRequest.thinking_ceiling); None: no limit.
+    thinking_ceiling: int | None = None
 
 
 @dataclass(frozen=True)

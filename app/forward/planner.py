@@ -28,6 +28,7 @@ from app.tenancy.keys import ApiKey
 from app.tenancy.spend import SpendLedger
 from app.upstream.pool import ReplicaPool
 from router.decision import Decision, Query, Unroutable
+from router.thinking import CLOSING_TOKENS
 from telemetry.metrics import Metrics
 
 
@@ -55,6 +56,8 @@ class Planner:
             raise model_not_allowed(ask.model)
         backend = self.catalog.backend(d.backend)
         assert backend is not None
+        d = within_context(within_ceiling(d, backend, ask.thinking_ceiling), backend,
+                           ask.query.prompt_tokens)
         body = ask.body_for(d, backend)
         # The worker always streams, with usage: the gateway counts tokens as they
         # come, can stop a generation (loop guard, timeout, client gone), and
@@ -154,3 +157,35 @@ class Planner:
             tier=backend.tier, backend=backend.name, strategy="direct",
             max_tokens=q.max_tokens or 0, thinking_budget=None, category="forced",
             policy=q.policy, reason=f"model '{model}' asked for by name", routed=False)
+
+
+def within_ceiling(d: Decision, backend: Backend, ceiling: int | None) -> Decision:
+    """`d` with its thinking budget no larger than the client's ceiling (a
+    reasoning backend asked by name gets the ceiling as its budget). A routed
+    decision's max_tokens holds budget, closing line and answer: it shrinks
+    with the budget."""
+    if not backend.reasoning or ceiling is None:
+        return d
+    old = d.thinking_budget
+    budget = ceiling if old is None else min(old, ceiling)
+    if budget == old:
+        return d
+    if not d.routed:
+        return replace(d, thinking_budget=budget)
+    answer = d.max_tokens - (old + CLOSING_TOKENS if old else 0)
+    return replace(d, thinking_budget=budget,
+                   max_tokens=answer + (budget + CLOSING_TOKENS if budget else 0))
+
+
+def within_context(d: Decision, backend: Backend, prompt_tokens: int) -> Decision:
+    """`d` with a routed thinking budget that leaves the prompt and the answer
+    room in the backend's context (the unbounded rung asks for the most)."""
+    budget = d.thinking_budget
+    if not d.routed or not budget or not backend.reasoning:
+        return d
+    over = prompt_tokens + d.max_tokens - backend.context_limit
+    if over <= 0:
+        return d
+    room = max(0, budget - over)
+    return replace(d, thinking_budget=room, max_tokens=d.max_tokens - budget + room
+                   - (CLOSING_TOKENS if room == 0 else 0))

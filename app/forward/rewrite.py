@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.forward.thinking import llamacpp_fields
+from app.catalog import Backend
+from app.forward.thinking import llamacpp_fields, vllm_fields
 from router.decision import Decision
+from router.thinking import CLOSING_TOKENS
 
 COT_INSTRUCTION = (
     "Think step by step, briefly, then give the final answer on its own line "
@@ -41,29 +43,65 @@ def capped(out: dict[str, Any], asked: int | None, cap: int | None) -> None:
         out["max_tokens"] = limit
 
 
+# The engines' own thinking-budget fields: a client's is a ceiling already in
+# the decision (Planner.plan); only the gateway's reaches a worker.
+BUDGET_FIELDS = ("thinking_budget_tokens", "reasoning_budget_tokens", "thinking_token_budget")
+
+
 def rewrite_chat(
-    body: dict[str, Any], d: Decision, upstream_model: str, reasoning: bool,
-    thinking_mode: str = "native", default_max_tokens: int | None = None,
-    asked: int | None = None,
+    body: dict[str, Any], d: Decision, backend: Backend,
+    default_max_tokens: int | None = None, asked: int | None = None,
+    limit_includes_thinking: bool = False, budget_message: str | None = None,
 ) -> dict[str, Any]:
     """A copy of `body` for the worker; unknown fields are kept as they are.
     The copy is shallow: what it changes is replaced, never changed in place
     (a long conversation is not copied message by message). `asked`: the
     client's token limit (ChatRequest.token_limit)."""
     out = dict(body)
-    out["model"] = upstream_model
-    capped(out, asked, default_cap(d, default_max_tokens,
-                                  reasoning and d.thinking_budget is not None))
-    if not d.routed:
-        return out
-    if reasoning:
-        # Reasoning models think natively; the budget caps the think span.
-        if thinking_mode == "native" and d.thinking_budget is not None:
-            out.update(llamacpp_fields(d.thinking_budget))
-        return out
+    out["model"] = backend.model
+    if backend.reasoning and d.thinking_budget is not None:
+        return _bounded_thinking(out, d, backend, default_max_tokens, asked,
+                                 limit_includes_thinking, budget_message)
+    capped(out, asked, default_cap(d, default_max_tokens, False))
+    if not d.routed or backend.reasoning:
+        return out  # a reasoning model asked by name thinks as its engine does
     # Non-reasoning models: the strategy is expressed by prompting.
-    instruction = COT_INSTRUCTION if d.strategy == "cot" else None
-    if instruction is not None:
-        messages = out.get("messages", [])
-        out["messages"] = [{"role": "system", "content": instruction}, *messages]
+    if d.strategy == "cot":
+        out["messages"] = [{"role": "system", "content": COT_INSTRUCTION},
+                           *out.get("messages", [])]
+    return out
+
+
+def _bounded_thinking(out: dict[str, Any], d: Decision, backend: Backend,
+                      default_max_tokens: int | None, asked: int | None,
+                      includes: bool, message: str | None) -> dict[str, Any]:
+    """A reasoning backend's body under the decision's thinking budget: none
+    (the template's `enable_thinking: false`, which llama.cpp and vLLM both
+    read), or the engine's own budget (`native`; a `splice` backend gets it
+    in two requests, app/forward/splice.py). Unless the client's limit holds
+    thinking too (max_completion_tokens), the answer's allowance comes on top
+    of the budget."""
+    budget = d.thinking_budget or 0
+    for f in BUDGET_FIELDS:
+        out.pop(f, None)
+    kwargs = out.get("chat_template_kwargs")
+    kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+    if budget == 0:
+        out["chat_template_kwargs"] = {**kwargs, "enable_thinking": False}
+        capped(out, asked, default_cap(d, default_max_tokens, False))
+        return out
+    if kwargs.get("enable_thinking") is False:
+        out["chat_template_kwargs"] = {**kwargs, "enable_thinking": True}
+    if includes and asked:
+        total = asked
+    else:
+        answer = asked or default_max_tokens or 0
+        if d.routed and not asked:  # the router's allowance, within the default
+            routed = d.max_tokens - budget - CLOSING_TOKENS
+            answer = min(routed, answer) if answer and routed > 0 else max(routed, answer)
+        total = budget + CLOSING_TOKENS + answer
+    capped(out, None, total)
+    if backend.thinking_mode == "native":
+        out.update(llamacpp_fields(budget, message) if backend.kind == "llamacpp"
+                   else vllm_fields(budget))
     return out

@@ -19,10 +19,14 @@ from app.forward.proxy import Proxy, response_headers
 from app.forward.thinking import close_span, continuation_body, vllm_think_body
 from app.forward.usage import Prior, message_thinking
 from app.upstream.client import UpstreamError
+from router.thinking import CLOSING_TOKENS
 
 
 async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Answer:
     thinking, prior_tokens, figure = "", (0, 0), None
+    # What the body allows after thinking (app/forward/rewrite.py put the
+    # budget and its closing line on top of the answer's allowance).
+    total = fw.body.get("max_tokens")
     if budget > 0:
         body = dict(vllm_think_body(fw.body, budget), stream=False)
         think = replace(fw, body=body, stream=False, path="/v1/chat/completions",
@@ -42,7 +46,10 @@ async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Answer:
             raise from_upstream(fw.decision.backend, exc) from None
         figure = ex.figure
         thinking = message_thinking(answer)
-    body = continuation_body(fw.body, close_span(thinking), fw.decision.max_tokens)
+        if prior_tokens[1] >= budget:  # cut off, not closed: say so, then close
+            thinking += proxy.planner.catalog.routing.budget_message
+    answer_tokens = max(1, total - budget - CLOSING_TOKENS) if isinstance(total, int) else None
+    body = continuation_body(fw.body, close_span(thinking), answer_tokens)
     prior = Prior(*prior_tokens, figure, thinking)
     return await proxy.forward(replace(fw, body=body, prior=prior))
 
@@ -57,11 +64,12 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 async def answer(proxy: Proxy, fw: Forward) -> Answer:
     """A chat request's answer: a reasoning backend given a thinking budget
-    has it counted, and a `splice` backend gets its budget in two requests."""
+    has it counted, and a `splice` backend gets its budget in two requests
+    (no thinking is one request: the template's `enable_thinking: false`)."""
     d = fw.decision
     backend = proxy.planner.catalog.backend(d.backend)
     assert backend is not None
-    if backend.reasoning and d.thinking_budget is not None:
+    if backend.reasoning and d.thinking_budget:
         proxy.parts.metrics.thinking(d.tier, d.backend)
         if backend.thinking_mode == "splice":
             return await forward_spliced(proxy, fw, d.thinking_budget)

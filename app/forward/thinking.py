@@ -1,10 +1,15 @@
 """Thinking budgets for reasoning models: cap the think span, close it, answer.
 
+- No thinking: `chat_template_kwargs: {"enable_thinking": false}` (the
+  template renders a closed, empty span; app/forward/rewrite.py).
 - llama.cpp (this vendored version) does it natively per request:
-  `thinking_budget_tokens: N` makes the sampler force the template's end tag
-  after N thinking tokens and go on to the answer; 0 means no thinking.
-- vLLM: two requests. The first thinks with `max_tokens = N` and the end tag
-  as a stop string; if the span did not close, `close_span` closes it and
+  `thinking_budget_tokens: N` makes the sampler write `reasoning_budget_message`
+  and force the template's end tag after N thinking tokens (after a UTF-8
+  character completes), then go on to the answer.
+- vLLM with a reasoning config (`--reasoning-config`): `thinking_token_budget`.
+- Any vLLM (`thinking: splice`): two requests. The first thinks with
+  `max_tokens = N` and the end tag as a stop string; if the span did not
+  close, `close_span` closes it (with the budget message) and
   `continuation_body` asks for the answer with `continue_final_message`
   (the assistant message so far is continued, not restarted).
 """
@@ -17,8 +22,15 @@ START_TAG = "<think>"
 END_TAG = "</think>"
 
 
-def llamacpp_fields(budget: int) -> dict[str, Any]:
-    return {"thinking_budget_tokens": budget}
+def llamacpp_fields(budget: int, message: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"thinking_budget_tokens": budget}
+    if message:
+        out["reasoning_budget_message"] = message
+    return out
+
+
+def vllm_fields(budget: int) -> dict[str, Any]:
+    return {"thinking_token_budget": budget}
 
 
 def vllm_think_body(body: dict[str, Any], budget: int, end_tag: str = END_TAG

@@ -40,6 +40,24 @@ def chunk_text(chunk: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def chunk_thinks(chunk: dict[str, Any]) -> bool:
+    """Whether a stream chunk's token is thinking (`reasoning_content`)."""
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and delta.get("reasoning_content"):
+            return True
+    return False
+
+
+def with_thinking(usage: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """`usage` saying how many of its completion tokens were thinking: OpenAI's
+    completion_tokens_details.reasoning_tokens, and joulegate's thinking_tokens."""
+    details = usage.get("completion_tokens_details")
+    details = dict(details) if isinstance(details, dict) else {}
+    details["reasoning_tokens"] = tokens
+    return {**usage, "completion_tokens_details": details, "thinking_tokens": tokens}
+
+
 def loop_chunk(last: dict[str, Any] | None) -> dict[str, Any]:
     """A final chunk saying the gateway stopped a looping generation."""
     base: dict[str, Any] = {k: last[k] for k in ("id", "created", "model", "object")
@@ -104,7 +122,7 @@ def add_prior_usage(usage: dict[str, Any], prior: Prior | None) -> None:
             usage[key] += extra
     if isinstance(usage.get("total_tokens"), int):
         usage["total_tokens"] += prior.prompt_tokens + prior.completion_tokens
-    usage["thinking_tokens"] = prior.completion_tokens
+    usage.update(with_thinking(usage, prior.completion_tokens))
 
 
 def message_thinking(body: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from app.catalog import Backend
 from app.errors import bad_request, model_not_allowed
 from app.forward.plan import Ask, Needs
+from app.forward.planner import within_ceiling, within_context
 from app.forward.rewrite import capped, default_cap, rewrite_chat
 from app.forward.splice import answer
 from app.http.auth import authorize
@@ -48,13 +49,16 @@ async def chat(request: Request) -> Response:
 
         default_max = gw.planner.catalog.defaults.max_tokens
 
+        message = gw.planner.catalog.routing.budget_message
+
         def body_for(d: Decision, b: Backend) -> dict[str, Any]:
-            return rewrite_chat(body, d, b.model, b.reasoning, b.thinking_mode, default_max,
-                                req.token_limit)
+            return rewrite_chat(body, d, b, default_max, req.token_limit,
+                                req.limit_includes_thinking, message)
 
         fw = gw.planner.plan(Ask(
             req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
-            _wants_usage(req.stream_options), received, key, request.is_disconnected))
+            _wants_usage(req.stream_options), received, key, request.is_disconnected,
+            req.thinking_ceiling))
     return response(await gw.answered(fw, lambda: answer(gw.proxy, fw)))
 
 
@@ -93,6 +97,10 @@ async def route(request: Request) -> Response:
     if key is not None and key.models is not None and req.model not in key.models:
         raise model_not_allowed(req.model)  # as the request itself would be
     d, _ = gw.planner.decide_for(key, req.model, q, needs, arriving=False)
+    backend = gw.planner.catalog.backend(d.backend)
+    if backend is not None:  # the budget the request would be sent with
+        d = within_context(within_ceiling(d, backend, req.thinking_ceiling), backend,
+                           q.prompt_tokens)
     return JSONResponse(d.as_json())
 
 
@@ -114,5 +122,6 @@ def _chat_query(request: Request, gw: Gateway, body: dict[str, Any]
     limit = req.token_limit
     needs = Needs(vision="image_url" in kinds, tokens=limit)
     q = Query(text, estimate_tokens(text), limit, chosen, max_j,
-              quality_target=quality_target(request))
+              quality_target=quality_target(request), thinking_ceiling=req.effort_ceiling,
+              limit_includes_thinking=req.limit_includes_thinking)
     return body, req, q, needs

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.errors import ApiError, bad_request, body_too_large
 from app.jsonio import loads_exact
+from router.thinking import EFFORT_CEILING
 
 MAX_JSON_DEPTH = 32  # OpenAI bodies nest ~6 deep (tools' JSON schemas more)
 MAX_TOKENS_LIMIT = 2**31 - 1  # what workers' 32-bit token counts hold
@@ -130,6 +131,42 @@ class _Common(_LlamaCpp):
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    # How much a reasoning model may think (OpenAI's field; "none": not at all),
+    # and the engines' own numeric budgets, honoured as ceilings.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    thinking_budget_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
+    reasoning_budget_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
+    thinking_token_budget: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @property
+    def effort_ceiling(self) -> int | None:
+        """The largest thinking budget the client's reasoning_effort (or
+        `enable_thinking: false`) allows; 0: no thinking; None: no limit. The
+        router reads it."""
+        limits = []
+        if self.reasoning_effort is not None:
+            limits.append(EFFORT_CEILING[self.reasoning_effort])
+        if (self.chat_template_kwargs or {}).get("enable_thinking") is False:
+            limits.append(0)
+        return min(limits) if limits else None
+
+    @property
+    def thinking_ceiling(self) -> int | None:
+        """`effort_ceiling` and the engines' own numeric budgets the client sent
+        (-1: the engine's default, no limit): what forwarding enforces. The
+        router does not price a numeric budget (docs/routing.md)."""
+        limits = [n for n in (self.thinking_budget_tokens, self.reasoning_budget_tokens,
+                              self.thinking_token_budget, self.effort_ceiling)
+                  if n is not None and n >= 0]
+        return min(limits) if limits else None
+
+    @property
+    def limit_includes_thinking(self) -> bool:
+        """The binding length limit is max_completion_tokens (OpenAI: reasoning
+        tokens included), not max_tokens (the answer's allowance)."""
+        return self.max_completion_tokens is not None \
+            and self.max_completion_tokens == self.token_limit
 
 
 class CompletionRequest(_Common):

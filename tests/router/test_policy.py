@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from router.curves import Curve
 from router.policy import ActionSpec, Caps, Policy
 from router.quality import ExpectedLengths, QualityTable
+from router.thinking import CLOSING_TOKENS, ThinkingModel, budget_share
 
 
 def curve(backend: str, per_token_j: float) -> Curve:
@@ -28,7 +31,7 @@ def policy(tolerance: float = 0.05) -> Policy:
         "math": {"small:direct": 50, "small:cot": 400, "large:direct": 50, "large:cot": 400},
         "chat": {"small:direct": 40, "small:cot": 300, "large:direct": 40, "large:cot": 300}})
     return Policy(ACTIONS, QUALITY, lengths, {"s": curve("s", 0.7), "l": curve("l", 3.2)},
-                  ["small", "large"], tolerance, Caps(512, 1024, 256))
+                  ["small", "large"], tolerance, Caps(512, 1024))
 
 
 def pick(mode: str, probs: dict[str, float], max_joules: float | None = None,
@@ -71,9 +74,72 @@ def test_expected_figures_and_token_caps() -> None:
     assert cands["large:cot"].completion_tokens == 64  # client's max_tokens caps it
     assert cands["large:direct"].expected_joules == pytest.approx(3.2 * 45)
     assert p.token_caps(cands["large:cot"], None) == (1024, None)
-    reasoning = ActionSpec("large", "l", "cot", reasoning=True)
-    c = cands["large:cot"].__class__(reasoning, 0.5, 1.0, 10)
-    assert p.token_caps(c, None) == (1024, 256)
+
+
+REASONING = [ActionSpec("small", "s", "direct", True), ActionSpec("small", "s", "cot", True),
+             ActionSpec("large", "l", "direct", True), ActionSpec("large", "l", "cot", True)]
+
+
+def thinking_policy(tolerance: float = 0.05) -> Policy:
+    lengths = ExpectedLengths(values={"math": {"small:direct": 50, "large:direct": 50},
+                                      "chat": {"small:direct": 40, "large:direct": 40}})
+    return Policy(REASONING, QUALITY, lengths, {"s": curve("s", 0.7), "l": curve("l", 3.2)},
+                  ["small", "large"], tolerance, Caps(512, 1024),
+                  thinking=ThinkingModel(tokens={"math": 1000.0, "chat": 200.0}))
+
+
+def test_a_reasoning_backend_offers_no_thinking_and_each_budget_rung() -> None:
+    p = thinking_policy()
+    cands = [c for c in p.candidates({"math": 1.0}, 100, None, {}) if c.spec.tier == "large"]
+    assert [c.thinking_budget for c in cands] == [0, 256, 1024, 4096, 16384]
+    none, b256, b1024, b4096, unbounded = cands
+    assert none.thinking_tokens == 0 and none.expected_quality == pytest.approx(0.39)
+    # 256 of a natural 1,000 keeps 1 + log2(0.256) / 2 = 2% of thinking's gain
+    assert b256.expected_quality == pytest.approx(0.39 + 0.13 * (1 + math.log2(0.256) / 2))
+    assert b256.thinking_tokens == 256 + CLOSING_TOKENS
+    # a budget above the natural length keeps all of thinking's gain, spends what it needs
+    assert b1024.expected_quality == b4096.expected_quality == pytest.approx(0.52)
+    assert b1024.thinking_tokens == b4096.thinking_tokens == unbounded.thinking_tokens == 1000
+    assert b1024.expected_joules == pytest.approx(3.2 * (1000 + 50))
+    assert p.token_caps(b1024, None) == (1024 + CLOSING_TOKENS + 512, 1024)
+    assert p.token_caps(b1024, 100) == (1024 + CLOSING_TOKENS + 100, 1024)
+    assert p.token_caps(b1024, 800, limit_includes_thinking=True) == (800, 1024)
+    assert p.token_caps(none, None) == (512, 0)
+
+
+def test_easy_chat_does_not_think_and_hard_math_does() -> None:
+    p = thinking_policy()
+    chat = p.choose(p.candidates({"chat": 1.0}, 50, None, {}), "balanced", None).chosen
+    assert chat.thinking_budget == 0
+    math_ = p.choose(p.candidates({"math": 1.0}, 50, None, {}), "max-quality", None).chosen
+    assert math_.thinking_budget == 1024  # the cheapest rung with all of the gain
+    harder = p.choose(p.candidates({"math": 1.0}, 50, None, {}, difficulty=2.0),
+                      "max-quality", None).chosen
+    assert harder.thinking_budget == 4096  # thinks longer on a harder item
+
+
+def test_a_clients_effort_and_total_limit_bound_the_ladder() -> None:
+    p = thinking_policy()
+    low = [c.thinking_budget for c in p.candidates({"math": 1.0}, 50, None, {}, ceiling=256)
+           if c.spec.tier == "large"]
+    assert low == [0, 256]
+    none = [c.thinking_budget for c in p.candidates({"math": 1.0}, 50, None, {}, ceiling=0)]
+    assert none == [0, 0]
+    total = [c for c in p.candidates({"math": 1.0}, 50, 600, {}, limit_includes_thinking=True)
+             if c.spec.tier == "large"]
+    assert [c.thinking_budget for c in total] == [0, 256, 550]  # 600 less the answer's 50
+    assert all(c.completion_tokens <= 600 + CLOSING_TOKENS for c in total)
+
+
+def test_budget_share_follows_the_evidence() -> None:
+    assert budget_share(None, 900) == budget_share(1000, 900) == 1.0
+    assert budget_share(500, 1000) == pytest.approx(0.5)
+    assert budget_share(250, 1000) == pytest.approx(0.0)
+    assert budget_share(10, 1000) == -0.5
+    m = ThinkingModel(tokens={"math": 1000.0})
+    assert m.natural({"math": 1.0}, {}, 0.0) == 1000
+    assert m.natural({"math": 1.0}, {"math": 400.0}, 0.0) == 400  # learned from traffic
+    assert m.natural({"math": 1.0}, {}, 10.0) == 4000  # clipped at 4x
 
 
 def test_concurrency_lowers_expected_joules_on_batched_curves() -> None:

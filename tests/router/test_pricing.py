@@ -69,7 +69,7 @@ def test_auto_joins_the_busy_large_batch_and_says_why() -> None:
     actions = [ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b", "direct")]
     quality = QualityTable({"chat": {"small:direct": 0.80, "large:direct": 0.82}})
     policy = Policy(actions, quality, ExpectedLengths(), {"small-1b": SMALL, "large-8b": LARGE},
-                    ["small", "large"], 0.05, Caps(64, 192, 0), SHARED)
+                    ["small", "large"], 0.05, Caps(64, 192), SHARED)
     probs = {"chat": 1.0}
     idle = policy.choose(policy.candidates(probs, 100, None, {}), "balanced", None)
     assert idle.chosen.spec.key == "small:direct"

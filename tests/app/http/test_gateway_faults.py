@@ -297,8 +297,9 @@ def test_route_shows_complexity_candidates_and_target(gw: RunningGateway) -> Non
                    headers={"x-joulegate-quality-target": "0.9"}).json()
     assert 0 <= d["complexity"] <= 1 and d["quality_target"] == 0.9
     assert len(d["candidates"]) == 4
-    assert set(d["candidates"][0]) == {"tier", "backend", "strategy", "expected_quality",
-                                       "expected_joules", "completion_tokens", "pricing"}
+    assert set(d["candidates"][0]) == {"tier", "backend", "strategy", "thinking_budget",
+                                       "expected_quality", "expected_joules",
+                                       "completion_tokens", "thinking_tokens", "pricing"}
     bad = httpx.post(gw.v1 + "/route", json=body, headers={"x-joulegate-quality-target": "2"})
     assert_envelope(bad, 400)
 
