@@ -11,14 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import router
 from app.catalog import Catalog
 from router.classifier import Classifier
-from router.complexity import ComplexityModel
+from router.complexity import ComplexityModel, calibrate_ability
 from router.curves import Curve
 from router.engine import Targets
 
@@ -69,10 +71,15 @@ def save_curve(curve: Curve, path: Path) -> None:
     path.write_text(json.dumps(curve.to_json(), indent=2) + "\n")
 
 
-def load_complexity(path: Path, default_target: float
+def load_complexity(path: Path, default_target: float,
+                    quality: Mapping[str, Mapping[str, float]] | None = None
                     ) -> tuple[ComplexityModel | None, Targets]:
     """The complexity model (`joulegate train-complexity`: arrays and report side
-    by side); without it the router falls back to the category table."""
+    by side); without it the router falls back to the category table. With the
+    models file's `quality` table, a level it gives otherwise than the table
+    the model was trained with is calibrated here, on the reference items'
+    difficulty (the report's quantiles): a pair of other models routes by its
+    own figures."""
     report_path = path.with_name(path.stem + "-report.json")
     if not path.exists() or not report_path.exists():
         log.warning("no complexity model at %s: routing by category averages", path)
@@ -82,7 +89,24 @@ def load_complexity(path: Path, default_target: float
     stretch = report.get("easy_stretch", {})
     model = ComplexityModel(arrays["text_coef"], arrays["hand_coef"], arrays["hand_mean"],
                             arrays["hand_scale"], float(arrays["intercept"][0]),
-                            report["abilities"], float(stretch.get("pivot", 0.0)),
+                            abilities(report, quality), float(stretch.get("pivot", 0.0)),
                             float(stretch.get("factor", 1.0)))
     targets = {float(t): float(v) for t, v in report["quality_targets"].items()}
     return model, Targets(targets, default_target)
+
+
+def abilities(report: Mapping[str, Any], quality: Mapping[str, Mapping[str, float]] | None
+              ) -> dict[str, dict[str, float]]:
+    """The report's abilities, with a level the `quality` table gives
+    otherwise (or newly) calibrated on the category's reference difficulty."""
+    out = {c: dict(row) for c, row in report["abilities"].items()}
+    trained = report.get("levels_table", {})
+    thetas = report.get("reference_thetas", {})
+    for cat, row in (quality or {}).items():
+        for act, q in row.items():
+            if trained.get(cat, {}).get(act) == q and act in out.get(cat, {}):
+                continue
+            ref = thetas.get(cat) or [t for ts in thetas.values() for t in ts]
+            if ref:
+                out.setdefault(cat, {})[act] = round(calibrate_ability(ref, q), 4)
+    return out

@@ -79,7 +79,8 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
                     sites(catalog), thinking_model(catalog))
     model, targets = load_complexity(
-        catalog.path(r.complexity) if r.complexity else COMPLEXITY, r.quality_target)
+        catalog.path(r.complexity) if r.complexity else COMPLEXITY, r.quality_target,
+        catalog.quality)
     return Router(classifier, policy, catalog.tiers[-1], model, targets)
 
 

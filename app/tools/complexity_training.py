@@ -199,6 +199,11 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
         "regularisation": {"C": c_value,
                            "mean_apgr_3fold_cv_on_training_items_by_C": cv},
         "abilities": abilities,
+        # What the abilities were calibrated to, and on which items' difficulty
+        # (quantiles): a models file with another table is calibrated at load
+        # (app/artifacts.load_complexity).
+        "levels_table": dict(catalog.quality),
+        "reference_thetas": _reference_thetas(items, theta, dict(catalog.quality)),
         "easy_stretch": {"pivot": pivot, "factor": easy_stretch},
         "training_items": len(train_idx), "held_out_items": len(held_items),
         "hand_features": list(NAMES),
@@ -286,6 +291,18 @@ def _abilities(items: list[Item], theta: np.ndarray, quality: dict[str, dict[str
         if not thetas:
             thetas = [float(t) for t in theta]
         out[cat] = {act: round(calibrate_ability(thetas, q), 4) for act, q in row.items()}
+    return out
+
+
+def _reference_thetas(items: list[Item], theta: np.ndarray,
+                      quality: dict[str, dict[str, float]], points: int = 101
+                      ) -> dict[str, list[float]]:
+    """Each category's reference items' difficulty, as `points` quantiles."""
+    out = {}
+    for cat in quality:
+        thetas = [float(theta[i]) for i in reference_items(items, cat)] or list(map(float, theta))
+        qs = np.quantile(np.array(thetas), np.linspace(0, 1, points))
+        out[cat] = [round(float(v), 4) for v in qs]
     return out
 
 
