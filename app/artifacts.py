@@ -80,12 +80,11 @@ def load_complexity(path: Path, default_target: float,
     the model was trained with is calibrated here, on the reference items'
     difficulty (the report's quantiles): a pair of other models routes by its
     own figures."""
-    report_path = path.with_name(path.stem + "-report.json")
-    if not path.exists() or not report_path.exists():
+    report = complexity_report(path)
+    if report is None:
         log.warning("no complexity model at %s: routing by category averages", path)
         return None, Targets(default_target=default_target)
     arrays = np.load(path)
-    report = json.loads(report_path.read_text())
     stretch = report.get("easy_stretch", {})
     model = ComplexityModel(arrays["text_coef"], arrays["hand_coef"], arrays["hand_mean"],
                             arrays["hand_scale"], float(arrays["intercept"][0]),
@@ -93,6 +92,15 @@ def load_complexity(path: Path, default_target: float,
                             float(stretch.get("factor", 1.0)))
     targets = {float(t): float(v) for t, v in report["quality_targets"].items()}
     return model, Targets(targets, default_target)
+
+
+def complexity_report(path: Path) -> dict[str, Any] | None:
+    """The report beside a complexity model's arrays (None: no model there)."""
+    report_path = path.with_name(path.stem + "-report.json")
+    if not path.exists() or not report_path.exists():
+        return None
+    report: dict[str, Any] = json.loads(report_path.read_text())
+    return report
 
 
 def abilities(report: Mapping[str, Any], quality: Mapping[str, Mapping[str, float]] | None

@@ -5,14 +5,23 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
-from app.artifacts import CLASSIFIER, COMPLEXITY, load_classifier, load_complexity, load_curve
+from app.artifacts import (
+    CLASSIFIER,
+    COMPLEXITY,
+    complexity_report,
+    load_classifier,
+    load_complexity,
+    load_curve,
+)
 from app.catalog import Catalog
 from router.decision import Decision
-from router.engine import Router
+from router.engine import Router, Targets
 from router.policy import ActionSpec, Caps, Policy
 from router.pricing import Site
 from router.quality import ExpectedLengths, QualityTable, action
+from router.targets import sweep
 from router.thinking import THINKING_TOKENS, ThinkingModel
 
 log = logging.getLogger("joulegate.routing")
@@ -78,10 +87,37 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
                     catalog.tiers, r.tolerance,
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
                     sites(catalog), thinking_model(catalog))
-    model, targets = load_complexity(
-        catalog.path(r.complexity) if r.complexity else COMPLEXITY, r.quality_target,
-        catalog.quality)
-    return Router(classifier, policy, catalog.tiers[-1], model, targets)
+    path = catalog.path(r.complexity) if r.complexity else COMPLEXITY
+    model, targets = load_complexity(path, r.quality_target, catalog.quality)
+    router = Router(classifier, policy, catalog.tiers[-1], model, targets)
+    report = complexity_report(path) if model is not None else None
+    if report is not None and _other_levels(catalog, report) \
+            and report.get("reference_workload"):
+        # Levels or actions other than those the targets were calibrated with:
+        # calibrate them again, for this models file, on the same workload.
+        found, _ = reference_targets(router, report["reference_workload"])
+        router.targets = Targets({float(t): v for t, v in found.items()}, r.quality_target)
+    return router
+
+
+def _other_levels(catalog: Catalog, report: dict[str, Any]) -> bool:
+    return catalog.quality != report.get("levels_table") \
+        or any(b.reasoning for b in catalog.backends)
+
+
+def reference_targets(router: Router, workload: list[list[Any]]
+                      ) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """Quality targets -> tolerances for `router` on the reference workload
+    (category probabilities, difficulty, prompt tokens per request), priced
+    alone."""
+    model = router.model
+    assert model is not None
+    keys = [a.key for a in router.policy.actions]
+    assessed = [router.policy.candidates(probs, int(tokens), None, {},
+                                         model.qualities(theta, probs, keys),
+                                         theta - model.pivot)
+                for probs, theta, tokens in workload]
+    return sweep(router.policy, assessed, router.tiers[1])
 
 
 def thinking_model(catalog: Catalog) -> ThinkingModel:

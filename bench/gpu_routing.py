@@ -92,13 +92,13 @@ def _loo_mape(c: Curve) -> float:
     return float(loo["mape_long"] if loo["mape_long"] is not None else loo["mape"])
 
 
-def phase_calibrate(s: Setup, sweep: Sweep) -> None:
+def phase_calibrate(s: Setup, sweep: Sweep, name: str = "gpu-curves") -> None:
     catalog = catalog_for(s, with_curves=False)
     curves = calibrate(catalog, sweep, s.curves_dir)
     from app.tools.curves_plot import plot_curves
 
-    plot_curves(list(curves.values()), s.out / "gpu-curves.png")
-    write_json(s.out / "gpu-curves.json", {
+    plot_curves(list(curves.values()), s.out / f"{name}.png")
+    write_json(s.out / f"{name}.json", {
         "device": next(iter(curves.values())).device,
         "source": next(iter(curves.values())).source,
         "engine_build": engine_build(s.llama_server),

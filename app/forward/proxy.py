@@ -235,6 +235,8 @@ def response_headers(fw: Forward) -> dict[str, str]:
         "x-joulegate-route": fw.route,
         "x-joulegate-strategy": d.strategy,
     }
+    if d.thinking_budget is not None:  # a reasoning backend: 0 is no thinking
+        headers["x-joulegate-thinking-budget"] = str(d.thinking_budget)
     if d.degraded is not None:
         headers["x-joulegate-degraded"] = f"{d.degraded} unavailable"
     if d.joule_cap_met is False:

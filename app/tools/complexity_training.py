@@ -56,7 +56,7 @@ import numpy as np
 
 from app.artifacts import load_classifier
 from app.catalog import Catalog
-from app.routing import LengthBook, build_router
+from app.routing import LengthBook, build_router, reference_targets
 from app.tools.training import MMLU_CATEGORY
 from app.tools.workload import chat_traffic
 from router.classifier import Classifier, prepare
@@ -66,7 +66,6 @@ from router.features import NAMES, difficulty_features
 
 WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG = "gpt-4-1106-preview"
-TARGETS = (0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
 REGULARISATION_C = 0.1  # from the exploration on the seed-0 split
 SOURCE_WEIGHT = {"gsm8k": 5.0, "own": 5.0}  # per item; MMLU 1.0
 EASY_STRETCH = 3.0  # below the median benchmark item (bench.route_stretch chose it)
@@ -241,7 +240,9 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
         LengthBook(None))
     assert router.model is not None, "the model just saved did not load"
     prompts = [t for _, t in chat_traffic(REFERENCE_N, data, seed=REFERENCE_SEED)]
-    report["quality_targets"], report["tolerance_sweep"] = _targets(router, prompts)
+    report["reference_workload"] = _reference_workload(router, prompts)
+    report["quality_targets"], report["tolerance_sweep"] = reference_targets(
+        router, report["reference_workload"])
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -306,35 +307,17 @@ def _reference_thetas(items: list[Item], theta: np.ndarray,
     return out
 
 
-def _targets(router: Router, prompts: list[str]
-             ) -> tuple[dict[str, float], list[dict[str, float]]]:
-    """Per-query tolerance for each quality target, on the reference workload:
-    the router's own candidates for every prompt (priced alone), then the
-    policy's own choice (`Policy.choose`, balanced) for a sweep of tolerances."""
-    from router.decision import Query
+def _reference_workload(router: Router, prompts: list[str]) -> list[list[Any]]:
+    """Each reference request as the router reads it: category probabilities
+    (the non-negligible ones), difficulty logit, prompt tokens. Enough to
+    price and choose again for another models file (app/routing.py)."""
     from router.features import estimate_tokens
 
-    assessed = [router.assess(Query(text, estimate_tokens(text))).candidates for text in prompts]
-    large = [next(c for c in cands if c.spec.tier == router.tiers[1]
-                  and c.spec.strategy == "direct") for cands in assessed]
-    large_q = sum(c.expected_quality for c in large)
-    large_e = sum(c.expected_joules or 0.0 for c in large)
-    sweep: list[dict[str, float]] = []
-    for tol in np.linspace(0, 0.5, 101):
-        picks = [router.policy.choose(cands, "balanced", None, float(tol)).chosen
-                 for cands in assessed]
-        sweep.append({"tolerance": round(float(tol), 4),
-                      "quality_ratio": round(sum(p.expected_quality for p in picks) / large_q, 4),
-                      "energy_saved": round(1 - sum(p.expected_joules or 0.0 for p in picks)
-                                            / large_e, 4)})
-    targets: dict[str, float] = {}
-    for target in TARGETS:
-        # The largest tolerance below which every tolerance meets the target
-        # (the sweep is noisy: a later isolated point that meets it is not used).
-        tol = 0.0
-        for row in sweep:
-            if row["quality_ratio"] < target:
-                break
-            tol = row["tolerance"]
-        targets[str(target)] = tol
-    return targets, sweep
+    assert router.model is not None
+    out = []
+    for text in prompts:
+        feats = router.classifier.features(text)
+        probs = router.classifier.probabilities_of(feats)
+        out.append([{c: round(float(p), 5) for c, p in probs.items() if p > 1e-4},
+                    round(router.model.theta(feats, text), 5), estimate_tokens(text)])
+    return out

@@ -112,5 +112,6 @@ def test_auto_chooses_a_budget_per_query_within_the_clients_effort(gw: RunningGa
         "reasoning_effort": "low"})
     assert r.status_code == 200, r.text
     assert r.headers["x-joulegate-strategy"] in ("direct", "cot")
+    assert int(r.headers["x-joulegate-thinking-budget"]) in (0, 256)
     usage = r.json()["usage"]
     assert usage.get("thinking_tokens", 0) <= 256 + 24

@@ -9,6 +9,7 @@ import pytest
 from router.curves import Curve
 from router.policy import ActionSpec, Caps, Policy
 from router.quality import ExpectedLengths, QualityTable
+from router.targets import baseline, sweep
 from router.thinking import CLOSING_TOKENS, ThinkingModel, budget_share
 
 
@@ -154,3 +155,13 @@ def test_lengths_learn_from_traffic() -> None:
     assert lengths.expected({"chat": 1.0}, "small:direct") == pytest.approx(20)
     again = ExpectedLengths.from_json(lengths.to_json())
     assert again.expected({"chat": 1.0}, "small:direct") == pytest.approx(20)
+
+
+def test_the_targets_baseline_is_the_large_tier_as_asked_by_name() -> None:
+    p = thinking_policy()
+    cands = p.candidates({"math": 1.0}, 50, None, {})
+    assert baseline(cands, "large").thinking_budget == 16384  # a reasoning model thinks
+    plain = policy().candidates({"math": 1.0}, 50, None, {})
+    assert baseline(plain, "large").spec.key == "large:direct"
+    targets, rows = sweep(p, [cands, p.candidates({"chat": 1.0}, 50, None, {})], "large", 11)
+    assert rows[0]["quality_ratio"] >= 1.0 - 1e-9 and targets["0.8"] >= targets["0.99"]

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The H200 thinking benchmark (bench/gpu_thinking.py), in as few device calls
+# as its limits allow. Through the device tool (repo root as cwd; carry .llama
+# .whl .data, prepared by bench/prepare_h200.sh):
+#   JOULEGATE_COMMIT=$(git rev-parse --short HEAD) bash bench/run_h200_thinking.sh
+# Each call does what is not done yet and stops before the 10-minute limit:
+#   1. setup (bench/device_setup.sh): llama-server, the Qwen3-1.7B and -8B shapes;
+#   2. calibrate -> gpu-thinking-curves.json (+ curves/h200/qwen3-*.json);
+#   3. replay    -> gpu-thinking.json (+ .png), concurrency 1 then 8.
+# A phase is done when its result is under /tmp/jg/res on a warm machine (or
+# in bench/results/, with curves/h200/ holding the curves). Results go to $OUT.
+set -euo pipefail
+export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
+start=$(date +%s)
+left() { echo $(( 570 - ($(date +%s) - start) )); }
+OUT_DIR="${OUT:-/tmp/jg/out}"
+mkdir -p "$OUT_DIR" /tmp/jg/res /tmp/jg/curves
+OUT= MODELS="qwen3-1.7b qwen3-8b" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
+  || { tail -30 /tmp/jg-setup.log; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+for f in gpu-thinking-curves.json gpu-thinking.json; do
+  [ -f "bench/results/$f" ] && [ ! -f "/tmp/jg/res/$f" ] && cp "bench/results/$f" /tmp/jg/res/
+done
+cp -n curves/h200/qwen3-*.json /tmp/jg/curves/ 2>/dev/null || true
+args=(--llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res
+      --curves-dir /tmp/jg/curves)
+if [ ! -f /tmp/jg/res/gpu-thinking-curves.json ]; then
+  if [ "$(left)" -lt 200 ]; then echo "calibrate needs ~3 min: call again"; exit 0; fi
+  timeout "$(left)" python3 bench/gpu_thinking.py --phase calibrate "${args[@]}" | tail -3
+  mkdir -p "$OUT_DIR/curves" && cp /tmp/jg/curves/qwen3-*.json "$OUT_DIR/curves/"
+  cp /tmp/jg/res/gpu-thinking-curves.* "$OUT_DIR/"
+fi
+if [ ! -f /tmp/jg/res/gpu-thinking.json ]; then
+  if [ "$(left)" -lt 420 ]; then echo "replay needs ~7 min: call again"; exit 0; fi
+  timeout "$(left)" python3 bench/gpu_thinking.py --phase replay "${args[@]}" \
+    --n1 "${N1:-40}" --n8 "${N8:-64}" | tail -5
+  cp /tmp/jg/res/gpu-thinking.* "$OUT_DIR/"
+fi
+echo "done in $(( $(date +%s) - start )) s; results in $OUT_DIR"
