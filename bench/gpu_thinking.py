@@ -23,7 +23,7 @@ from this file says so.
 **Quality** is expected, never measured (random weights answer noise): per
 request, the router's per-query quality of the tier's no-thinking answer and
 of its full thinking (the complexity model at the Qwen3 pair's levels,
-QUALITY), and for a budget B the share of thinking's gain B keeps at the
+deploy/models.thinking.yaml), and for a budget B the share of thinking's gain B keeps at the
 request's *true* natural length (router.thinking.budget_share): a budget
 below it costs quality by the same curve the router assumes.
 """
@@ -59,37 +59,9 @@ MODES = ("auto", "large-think", "large-nothink", "small-think")
 ORDERS = {1: ("auto", "large-think", "large-nothink", "small-think"),
           8: ("large-think", "auto", "large-nothink", "small-think", "auto")}
 
-# Expected quality per category x action for the Qwen3 pair: `tier:direct` is
-# no thinking, `tier:cot` thinking to its natural end. Qwen3 technical report
-# (arXiv 2505.09388), the per-size tables of thinking / non-thinking results,
-# as read from them: Qwen3-1.7B / Qwen3-8B, in %:
-#   MATH-500      73.0 / 93.4 (1.7B)   87.4 / 97.4 (8B)   -> math
-#   GPQA-Diamond  28.6 / 40.1          39.3 / 62.0        -> science
-#   MMLU-Redux    64.4 / 73.9          79.5 / 87.5        -> knowledge, social,
-#                                                            reasoning [A]
-#   LiveCodeBench v5 11.6 / 33.2       22.8 / 57.5        -> code
-#   IFEval (strict prompt) 68.2 / 72.5 83.0 / 85.0        -> writing
-# extraction and chat [A], as the shipped models.yaml (small talk and pulling
-# facts out of a text need no capability; thinking adds nothing [A]).
-QUALITY = {
-    "math": {"small:direct": 0.730, "small:cot": 0.934, "large:direct": 0.874,
-             "large:cot": 0.974},
-    "science": {"small:direct": 0.286, "small:cot": 0.401, "large:direct": 0.393,
-                "large:cot": 0.620},
-    "knowledge": {"small:direct": 0.644, "small:cot": 0.739, "large:direct": 0.795,
-                  "large:cot": 0.875},
-    "social": {"small:direct": 0.644, "small:cot": 0.739, "large:direct": 0.795,
-               "large:cot": 0.875},
-    "reasoning": {"small:direct": 0.644, "small:cot": 0.739, "large:direct": 0.795,
-                  "large:cot": 0.875},
-    "code": {"small:direct": 0.116, "small:cot": 0.332, "large:direct": 0.228,
-             "large:cot": 0.575},
-    "writing": {"small:direct": 0.682, "small:cot": 0.725, "large:direct": 0.830,
-                "large:cot": 0.850},
-    "extraction": {"small:direct": 0.71, "small:cot": 0.71, "large:direct": 0.80,
-                   "large:cot": 0.80},
-    "chat": {"small:direct": 0.80, "small:cot": 0.80, "large:direct": 0.82, "large:cot": 0.82},
-}
+# Expected quality per category x action for the Qwen3 pair (`tier:direct`:
+# no thinking; `tier:cot`: thinking to its own end), cited there.
+PAIR = ROOT / "deploy" / "models.thinking.yaml"
 
 # Natural thinking tokens (median) per kind of request of the chat-traffic
 # workload, for a hybrid thinking model thinking to its own end. Sources:
@@ -130,7 +102,7 @@ def catalog_for(s: Setup) -> Catalog:
                 for tier, shape in s.shapes.items()]
     return parse_catalog({
         "tiers": list(s.shapes), "devices": [{"name": "gpu0", "source": s.source, "index": 0}],
-        "backends": backends, "quality": QUALITY,
+        "backends": backends, "quality": yaml.safe_load(PAIR.read_text())["quality"],
         # The random vocabulary spells words letter by letter: a short closing
         # line, about the CLOSING_TOKENS a real tokenizer's default takes.
         "routing": {**shipped["routing"], "lengths_file": None,
