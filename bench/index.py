@@ -127,6 +127,14 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                          "auto against always-large and small+CoT, c=1 and c=8 (nvml), the "
                          "router before open requests", "gpu-routing-benchmark-mix.json"),
     "gpu-routing.png": ("same", "gpu-routing.json as a picture", "gpu-routing-benchmark-mix.png"),
+    "gpu-thinking-curves.json": ("bash bench/run_h200_thinking.sh (device tool)",
+                                 "H200 curves of the Qwen3-1.7B/8B shapes (nvml)", ""),
+    "gpu-thinking-curves.png": ("same", "gpu-thinking-curves.json as a picture", ""),
+    "gpu-thinking.json": ("bash bench/run_h200_thinking.sh (device tool)",
+                          "thinking budgets per query: auto against always-large-thinking, "
+                          "always-large-no-thinking and always-small-thinking on the "
+                          "chat-traffic workload, c=1 and c=8 (nvml; quality expected)", ""),
+    "gpu-thinking.png": ("same", "gpu-thinking.json as a picture", ""),
     "gpu-telemetry.json": ("python -m bench.gpu_telemetry (device tool)",
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
