@@ -1,7 +1,9 @@
 """Routing cost and routing mix.
 
 - decision time of the real router (classifier + policy, models.yaml) for a
-  2,000-token multi-turn conversation: p50 / p99 over many decisions;
+  2,000-token multi-turn conversation: p50 / p99 over many decisions; the
+  same for a thinking pair (deploy/models.thinking.yaml: no thinking and
+  four budget rungs per tier, ten candidates instead of four);
 - what the balanced policy chooses on a mixed set of 100 prompts (counts per
   tier x strategy and per category).
 
@@ -21,6 +23,7 @@ from app.routing import LengthBook, build_router
 from bench.gpu_common import project_commit
 from bench.workload import MIX, mixed_prompts
 from router.decision import Query
+from router.engine import Router
 from router.features import conversation_text, estimate_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,19 +40,26 @@ def conversation(tokens: int) -> str:
     return conversation_text(turns)
 
 
+def decision_times(router: Router, q: Query, n: int = 5000) -> list[float]:
+    for _ in range(200):
+        router.decide(q)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        router.decide(q)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times
+
+
 def main() -> None:
     catalog = load_catalog(ROOT / "models.yaml")
     router = build_router(catalog, LengthBook(None))
     text = conversation(2000)
     q = Query(text, estimate_tokens(text))
-    for _ in range(200):
-        router.decide(q)
-    times = []
-    for _ in range(5000):
-        t0 = time.perf_counter()
-        router.decide(q)
-        times.append(time.perf_counter() - t0)
-    times.sort()
+    times = decision_times(router, q)
+    thinking = decision_times(build_router(
+        load_catalog(ROOT / "deploy" / "models.thinking.yaml"), LengthBook(None)), q)
     mix = mixed_prompts(100)
     decisions = [router.decide(Query(t, estimate_tokens(t))) for _, t in mix]
     result = {
@@ -59,6 +69,9 @@ def main() -> None:
         "decision_ms_p50": 1000 * statistics.median(times),
         "decision_ms_p99": 1000 * times[int(0.99 * len(times))],
         "decision_ms_max": 1000 * times[-1],
+        "thinking_pair": {"models": "deploy/models.thinking.yaml", "candidates": 10,
+                          "decision_ms_p50": 1000 * statistics.median(thinking),
+                          "decision_ms_p99": 1000 * thinking[int(0.99 * len(thinking))]},
         "mixed_prompts": {"n": len(mix), "mix": MIX,
                           "tier_x_strategy": dict(Counter(f"{d.tier}:{d.strategy}"
                                                           for d in decisions)),
