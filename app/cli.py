@@ -218,6 +218,38 @@ def _usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from app.routing import catalog_curves
+    from app.tenancy.report import build_report, table
+    from app.tenancy.spend import SpendLedger, parse_since
+
+    seconds = parse_since(args.since)
+    if seconds is None:
+        print("joulegate: --since takes e.g. 1h or 7d", file=sys.stderr)
+        return 2
+    settings = Settings()
+    catalog = _catalog(args, settings)
+    if catalog is None:
+        return 2
+    ledger = SpendLedger(settings.database())
+    try:
+        groups = ledger.report_groups(time.time() - seconds)
+    finally:
+        ledger.close()
+    report = {"since": args.since, **build_report(groups, catalog_curves(catalog),
+                                                  args.reference)}
+    print(json.dumps(report, indent=2) if args.json else table(report))
+    if args.plot:
+        from app.tools.report_plot import plot_report
+
+        plot_report(report, Path(args.plot))
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0
+
+
 def _names(text: str | None) -> list[str] | None:
     return None if text is None else [n.strip() for n in text.split(",") if n.strip()]
 
@@ -361,6 +393,15 @@ def main(argv: list[str] | None = None) -> int:
     usage.add_argument("--since", default="7d")
     usage.add_argument("--key", help="only this key's (by name)")
     usage.set_defaults(func=_usage)
+    report = sub.add_parser("report", help="energy by kind of request: joules per token, "
+                            "the divergence from token counts, loop stops")
+    report.add_argument("--since", default="24h")
+    report.add_argument("--models", help="models.yaml path (its backends' curves predict)")
+    report.add_argument("--reference", help="the category multipliers are against "
+                        "(default: the one with most requests)")
+    report.add_argument("--json", action="store_true", help="the whole report as JSON")
+    report.add_argument("--plot", help="also draw it into this PNG")
+    report.set_defaults(func=_report)
     agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
     agent.add_argument("--models", help="models.yaml path (its devices are metered)")
     agent.add_argument("--host", default="127.0.0.1",

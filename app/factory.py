@@ -27,7 +27,7 @@ from app.http.routes import build_routes
 from app.metering.local import LocalMeter
 from app.metering.meter import Meter
 from app.metering.remote import RemoteMeter
-from app.routing import LengthBook, build_router
+from app.routing import LengthBook, build_router, catalog_curves
 from app.settings import Settings
 from app.tenancy.keys import KeyRing, KeyStore, kept_secret
 from app.tenancy.limits import RateLimits
@@ -190,7 +190,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(planner, proxy, metrics, settings.max_body_bytes,
                                     settings.policy, settings.body_timeout_seconds, keys=keys,
-                                    limits=limits, spend=spend)
+                                    limits=limits, spend=spend,
+                                    curves=catalog_curves(catalog))
         flusher = asyncio.create_task(metrics.flushing())
         try:
             with _long_lived():

@@ -16,6 +16,7 @@ from app.artifacts import (
     load_curve,
 )
 from app.catalog import Catalog
+from router.curves import Curve
 from router.decision import Decision
 from router.engine import Router, Targets
 from router.policy import ActionSpec, Caps, Policy
@@ -82,7 +83,7 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
     classifier = load_classifier(catalog.path(r.classifier) if r.classifier else CLASSIFIER)
     actions = [ActionSpec(b.tier, b.name, s, b.reasoning)
                for t in catalog.tiers for b in catalog.backends_of(t) for s in r.strategies]
-    curves = {b.name: load_curve(catalog.path(b.curves)) for b in catalog.backends if b.curves}
+    curves = catalog_curves(catalog)
     policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
                     catalog.tiers, r.tolerance,
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
@@ -118,6 +119,11 @@ def reference_targets(router: Router, workload: list[list[Any]]
                                          theta - model.pivot)
                 for probs, theta, tokens in workload]
     return sweep(router.policy, assessed, router.tiers[1])
+
+
+def catalog_curves(catalog: Catalog) -> dict[str, Curve]:
+    """Each backend's operating curve, where it has one."""
+    return {b.name: load_curve(catalog.path(b.curves)) for b in catalog.backends if b.curves}
 
 
 def thinking_model(catalog: Catalog) -> ThinkingModel:

@@ -10,12 +10,19 @@ import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from app.errors import bad_request, energy_not_found, key_exists, key_not_found
+from app.errors import (
+    admin_only,
+    bad_request,
+    energy_not_found,
+    key_exists,
+    key_not_found,
+)
 from app.http.auth import admin_store, authorize
 from app.http.body import json_body
 from app.http.gateway import gateway_of
 from app.http.requests import validate_new_key
 from app.tenancy.keys import ADMIN_ID
+from app.tenancy.report import build_report
 from app.tenancy.spend import SpendLedger, parse_since
 
 USAGE_ROWS = 1000  # GET /v1/usage lists the newest this many requests
@@ -50,6 +57,24 @@ async def usage(request: Request, since: str = "7d") -> Response:
     else:  # off the event loop: a database round trip or two
         found = await anyio.to_thread.run_sync(_usage, gw.spend, mine, time.time() - seconds)
     return JSONResponse({"object": "list", "since": since, **found})
+
+
+async def report(request: Request, since: str = "24h", reference: str | None = None
+                 ) -> Response:
+    """The energy report (app/tenancy/report.py) over `since`: every key's
+    requests, so the admin key's (or an open gateway's)."""
+    gw = gateway_of(request)
+    key = authorize(gw, request, generates=False)
+    if key is not None and key.id != ADMIN_ID:
+        raise admin_only()
+    seconds = parse_since(since)
+    if seconds is None:
+        raise bad_request("since: a number and a unit, e.g. 1h or 7d", "since",
+                          "invalid_since")
+    groups = [] if gw.spend is None else await anyio.to_thread.run_sync(
+        gw.spend.report_groups, time.time() - seconds)
+    return JSONResponse({"object": "report", "since": since,
+                         **build_report(groups, gw.curves, reference)})
 
 
 def _usage(spend: SpendLedger, key_id: str | None, since: float) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from app.tenancy.keys import KeyRing
 from app.tenancy.limits import RateLimits
 from app.tenancy.share import FairShare
 from app.tenancy.spend import SpendLedger
+from router.curves import Curve
 from router.decision import Policy
 from telemetry.metrics import Metrics
 
@@ -37,6 +38,7 @@ class Gateway:
     limits: RateLimits = field(default_factory=RateLimits)
     spend: SpendLedger | None = None  # the usage ledger (budgets, GET /v1/usage)
     share: FairShare = field(default_factory=FairShare)  # keys' shares of capacity
+    curves: Mapping[str, Curve] = field(default_factory=dict)  # backend -> its curve
 
     def refuse_if_full(self) -> None:
         """The cheapest refusal, before a request is read: when the backends'

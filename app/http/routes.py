@@ -23,6 +23,7 @@ def build_routes() -> APIRouter:
     api.add_api_route("/v1/energy/{device}/{wid}", admin.energy, methods=["GET"],
                       responses=ERROR_RESPONSES)
     api.add_api_route("/v1/usage", admin.usage, methods=["GET"], responses=ERROR_RESPONSES)
+    api.add_api_route("/v1/report", admin.report, methods=["GET"], responses=ERROR_RESPONSES)
     api.add_api_route("/v1/admin/keys", admin.list_keys, methods=["GET"],
                       responses=ERROR_RESPONSES)
     api.add_api_route("/v1/admin/keys", admin.create_key, methods=["POST"],

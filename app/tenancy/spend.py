@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, cast, func, select
+from sqlalchemy import ColumnElement, Float, Integer, case, cast, func, select
 
 from app.tenancy.database import USAGE, Database, DatabaseError
 from app.tenancy.journal import UsageJournal, recover
@@ -254,6 +254,33 @@ class SpendLedger:
                          by_model.setdefault(str(backend), {})):
                 _add(into, *sums)
         return {"totals": total, "by_day": by_day, "by_model": dict(sorted(by_model.items()))}
+
+    def report_groups(self, since: float) -> list[dict[str, Any]]:
+        """Finished requests since `since`, summed by category, backend and
+        energy source in the database: requests, tokens, the sums a curve's
+        prediction needs (prompt x completion), net and gross joules, the
+        requests with an energy figure, and loop-guard stops
+        (app/tenancy/report.py makes the report of them)."""
+        ok = U.energy_net_j.is_not(None)
+        stmt = select(
+            U.category, U.backend, U.source, func.count(),
+            func.coalesce(func.sum(U.prompt_tokens), 0),
+            func.coalesce(func.sum(U.completion_tokens), 0),
+            func.coalesce(func.sum(cast(U.prompt_tokens, Float) * U.completion_tokens), 0.0),
+            func.coalesce(func.sum(U.energy_net_j), 0.0),
+            func.coalesce(func.sum(U.energy_gross_j), 0.0),
+            func.sum(case((ok, 1), else_=0)),
+            func.coalesce(func.sum(case((ok, U.prompt_tokens), else_=0)), 0),
+            func.coalesce(func.sum(case((ok, U.completion_tokens), else_=0)), 0),
+            func.coalesce(func.sum(case((ok, cast(U.prompt_tokens, Float)
+                                         * U.completion_tokens), else_=0.0)), 0.0),
+            func.sum(case((U.status == "loop_stopped", 1), else_=0)),
+        ).where(U.time >= since).group_by(U.category, U.backend, U.source)
+        names = ("category", "backend", "source", "requests", "prompt_tokens",
+                 "completion_tokens", "prompt_x_completion", "energy_net_j",
+                 "energy_gross_j", "metered", "metered_prompt_tokens",
+                 "metered_completion_tokens", "metered_prompt_x_completion", "loop_stops")
+        return [dict(zip(names, r, strict=True)) for r in self._db.execute(stmt).rows]
 
     def _recover(self, folder: Path) -> None:
         """Rows that a gateway killed before they reached the database
