@@ -28,6 +28,7 @@ from app import jsonio
 from app.forward import sse
 from app.forward.plan import Forward
 from app.forward.usage import (
+    InlineThinking,
     chunk_text,
     chunk_thinks,
     loop_chunk,
@@ -89,6 +90,7 @@ class Exchange:
         self.decode = 0
         self.thinking = 0  # of `decode`, the tokens inside the think span
         self._reasons = bool(fw.decision.thinking_budget)  # count them?
+        self._inline = InlineThinking()
         self.figure: EnergyFigure | None = None
         self.usage: dict[str, Any] | None = None
         self._last: dict[str, Any] | None = None
@@ -195,6 +197,8 @@ class Exchange:
             self.status = "upstream_error_event"
             err = _error_envelope(obj["error"])
             return sse.encode(err), err, ""
+        if self._inline.state != "none" and self._inline.feed(obj):
+            event = sse.encode(obj)  # a think span the engine left in the content
         try:
             text = chunk_text(obj)
         except ValueError as exc:

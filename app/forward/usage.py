@@ -49,6 +49,47 @@ def chunk_thinks(chunk: dict[str, Any]) -> bool:
     return False
 
 
+class InlineThinking:
+    """A think span an engine left in `content` (a vLLM without a reasoning
+    parser, a template the engine does not know) moved to `reasoning_content`,
+    so that no `</think>` reaches the answer. Decided on the first content: a
+    stream whose content starts with the start tag is split at the end tag;
+    any other is left alone (one check per request)."""
+
+    def __init__(self, start: str = "<think>", end: str = "</think>") -> None:
+        self.start, self.end = start, end
+        self.state = "unknown"  # unknown | inside | after (the tag) | none
+
+    def feed(self, chunk: dict[str, Any]) -> bool:
+        """Move the chunk's thinking out of `content`; whether it changed."""
+        if self.state == "none":
+            return False
+        changed = False
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            text = delta.get("content") if isinstance(delta, dict) else None
+            if not isinstance(text, str) or not text:
+                continue
+            assert isinstance(delta, dict)
+            if self.state == "after":  # the blank lines between span and answer
+                delta["content"] = text.lstrip("\n")
+                self.state = "after" if not delta["content"] else "none"
+                changed = True
+                continue
+            if self.state == "unknown":
+                if not text.lstrip().startswith(self.start):
+                    self.state = "none"
+                    return changed
+                self.state, text = "inside", text.lstrip()[len(self.start):]
+            thought, tag, answer = text.partition(self.end)
+            delta["reasoning_content"] = (delta.get("reasoning_content") or "") + thought
+            delta["content"] = answer.lstrip("\n") if tag else ""
+            if tag:
+                self.state = "none" if delta["content"] else "after"
+            changed = True
+        return changed
+
+
 def with_thinking(usage: dict[str, Any], tokens: int) -> dict[str, Any]:
     """`usage` saying how many of its completion tokens were thinking: OpenAI's
     completion_tokens_details.reasoning_tokens, and joulegate's thinking_tokens."""

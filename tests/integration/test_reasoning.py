@@ -115,3 +115,24 @@ def test_auto_chooses_a_budget_per_query_within_the_clients_effort(gw: RunningGa
     assert int(r.headers["x-joulegate-thinking-budget"]) in (0, 256)
     usage = r.json()["usage"]
     assert usage.get("thinking_tokens", 0) <= 256 + 24
+
+
+def test_a_span_the_engine_leaves_in_the_content_never_reaches_the_answer(
+        gw: RunningGateway) -> None:
+    # reasoning_format "none": llama-server leaves <think>...</think> in content,
+    # as a vLLM without a reasoning parser does.
+    for stream in (False, True):
+        body = {"model": "large", "messages": MATH, "max_tokens": 12, "ignore_eos": True,
+                "thinking_budget_tokens": 8, "reasoning_format": "none", "stream": stream}
+        r = httpx.post(gw.v1 + "/chat/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        if stream:
+            deltas = [json.loads(e[6:])["choices"][0]["delta"] for e in r.text.split("\n\n")
+                      if e.startswith("data: {") and '"choices":[{' in e]
+            thought = "".join(d.get("reasoning_content") or "" for d in deltas)
+            said = "".join(d.get("content") or "" for d in deltas)
+        else:
+            message = r.json()["choices"][0]["message"]
+            thought, said = message.get("reasoning_content", ""), message["content"]
+        assert thought.rstrip().endswith("Time is up.")
+        assert said and "<think>" not in said and "</think>" not in said

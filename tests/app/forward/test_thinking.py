@@ -6,6 +6,7 @@ from app.catalog import Backend, Replica
 from app.forward.planner import within_ceiling
 from app.forward.rewrite import COT_INSTRUCTION, rewrite_chat
 from app.forward.thinking import close_span, continuation_body, vllm_think_body
+from app.forward.usage import InlineThinking
 from app.http.requests import ChatRequest, validate_chat
 from router.decision import Decision
 from router.thinking import CLOSING_TOKENS
@@ -115,3 +116,21 @@ def test_effort_maps_to_a_ceiling() -> None:
     assert req(thinking_budget_tokens=-1).thinking_ceiling is None
     assert req(max_completion_tokens=50).limit_includes_thinking
     assert not req(max_tokens=50, max_completion_tokens=80).limit_includes_thinking
+
+
+def _delta(text: str) -> dict[str, object]:
+    return {"choices": [{"index": 0, "delta": {"content": text}}]}
+
+
+def test_a_think_span_left_in_the_content_is_moved_out() -> None:
+    inline = InlineThinking()
+    chunks = [_delta(t) for t in ("<think>", "\nfirst, 2+2", " is 4</think>", "\n\nIt is", " 4.")]
+    changed = [inline.feed(c) for c in chunks]
+    deltas = [c["choices"][0]["delta"] for c in chunks]  # type: ignore[index]
+    thought = "".join(d.get("reasoning_content") or "" for d in deltas)
+    said = "".join(d.get("content") or "" for d in deltas)
+    assert thought == "\nfirst, 2+2 is 4" and said == "It is 4."
+    assert changed == [True, True, True, True, False]
+    plain = InlineThinking()
+    c = _delta("Hello </think> there")
+    assert not plain.feed(c) and c["choices"][0]["delta"]["content"] == "Hello </think> there"  # type: ignore[index]
