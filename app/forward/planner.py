@@ -178,11 +178,15 @@ def within_ceiling(d: Decision, backend: Backend, ceiling: int | None) -> Decisi
 
 
 def within_context(d: Decision, backend: Backend, prompt_tokens: int) -> Decision:
-    """`d` with a routed thinking budget that leaves the prompt and the answer
-    room in the backend's context (the unbounded rung asks for the most)."""
+    """`d` with a thinking budget that leaves the prompt and the answer room in
+    the backend's context (the unbounded rung, or a client's large ceiling on a
+    model asked for by name, ask for the most)."""
     budget = d.thinking_budget
-    if not d.routed or not budget or not backend.reasoning:
+    if not budget or not backend.reasoning:
         return d
+    if not d.routed:  # max_tokens: what the client asked for the answer (0: none)
+        room = backend.context_limit - prompt_tokens - d.max_tokens - CLOSING_TOKENS
+        return d if budget <= room else replace(d, thinking_budget=max(0, room))
     over = prompt_tokens + d.max_tokens - backend.context_limit
     if over <= 0:
         return d

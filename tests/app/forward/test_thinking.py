@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.catalog import Backend, Replica
-from app.forward.planner import within_ceiling
+from app.forward.planner import within_ceiling, within_context
 from app.forward.rewrite import COT_INSTRUCTION, rewrite_chat
 from app.forward.thinking import close_span, continuation_body, vllm_think_body
 from app.forward.usage import InlineThinking
@@ -134,3 +134,14 @@ def test_a_think_span_left_in_the_content_is_moved_out() -> None:
     plain = InlineThinking()
     c = _delta("Hello </think> there")
     assert not plain.feed(c) and c["choices"][0]["delta"]["content"] == "Hello </think> there"  # type: ignore[index]
+
+
+def test_a_budget_leaves_room_in_the_context() -> None:
+    b = backend().model_copy(update={"context_tokens": 2048})
+    unbounded = routed(16384, 16384 + CLOSING_TOKENS + 200)
+    fit = within_context(unbounded, b, 100)
+    assert fit.thinking_budget == 2048 - 100 - 200 - CLOSING_TOKENS
+    assert 100 + fit.max_tokens <= 2048
+    forced = Decision(tier="large", backend="b", strategy="direct", max_tokens=50,
+                      thinking_budget=10**6, category="forced", routed=False)
+    assert within_context(forced, b, 100).thinking_budget == 2048 - 100 - 50 - CLOSING_TOKENS
