@@ -189,15 +189,26 @@ def _readable(public: dict[str, object]) -> dict[str, object]:
     return out
 
 
-def _usage(args: argparse.Namespace) -> int:
-    import json
+def _since(text: str) -> float | None:
+    """The start of a --since window (a time.time()), or None after saying why."""
     import time
 
-    from app.tenancy.spend import SpendLedger, parse_since
+    from app.tenancy.spend import parse_since
 
-    seconds = parse_since(args.since)
+    seconds = parse_since(text)
     if seconds is None:
-        print("joulegate: --since takes e.g. 24h or 7d", file=sys.stderr)
+        print("joulegate: --since takes a number and a unit, e.g. 1h or 7d", file=sys.stderr)
+        return None
+    return time.time() - seconds
+
+
+def _usage(args: argparse.Namespace) -> int:
+    import json
+
+    from app.tenancy.spend import SpendLedger
+
+    since = _since(args.since)
+    if since is None:
         return 2
     settings = Settings()
     if args.key:
@@ -211,8 +222,7 @@ def _usage(args: argparse.Namespace) -> int:
             return 2
     ledger = SpendLedger(settings.database())
     try:
-        print(json.dumps(ledger.totals(None, time.time() - seconds, args.key or None),
-                         indent=2))
+        print(json.dumps(ledger.totals(None, since, args.key or None), indent=2))
     finally:
         ledger.close()
     return 0
@@ -220,15 +230,13 @@ def _usage(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     import json
-    import time
 
     from app.routing import catalog_curves
     from app.tenancy.report import build_report, table
-    from app.tenancy.spend import SpendLedger, parse_since
+    from app.tenancy.spend import SpendLedger
 
-    seconds = parse_since(args.since)
-    if seconds is None:
-        print("joulegate: --since takes e.g. 1h or 7d", file=sys.stderr)
+    since = _since(args.since)
+    if since is None:
         return 2
     settings = Settings()
     catalog = _catalog(args, settings)
@@ -236,7 +244,7 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     ledger = SpendLedger(settings.database())
     try:
-        groups = ledger.report_groups(time.time() - seconds)
+        groups = ledger.report_groups(since)
     finally:
         ledger.close()
     report = {"since": args.since, **build_report(groups, catalog_curves(catalog),

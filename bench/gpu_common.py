@@ -61,3 +61,47 @@ def engine_build(binary: str) -> str:
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeated runs of one mode: the mean of each figure, every run's joules,
+    routes and failures counted over all runs."""
+    from collections import Counter
+
+    routes: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    for r in runs:
+        routes.update(r["routes"])
+        failed.update(r["failed"])
+    k = len(runs)
+    figures: tuple[str, ...] = ("joules", "wall_s", "expected_quality", "thinking_tokens")
+    means: dict[str, Any] = {f: sum(r[f] for r in runs) / k for f in figures if f in runs[0]}
+    return {**means, "joules_runs": [r["joules"] for r in runs], "routes": dict(routes),
+            "failed": dict(failed), "answered": sum(r["answered"] for r in runs)}
+
+
+def plot_modes(path: Path, results: dict[str, Any], modes: list[str], colors: list[str],
+               title: str | None = None) -> None:
+    """Energy (bars) and expected quality (line) of each mode, at c=1 and c=8."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key in zip(axes, ("c1", "c8"), strict=True):
+        r = results[key]["modes"]
+        ax.bar(modes, [r[m]["joules"] / 1000 for m in modes], color=colors)
+        ax.set_ylabel("energy, kJ (nvml)")
+        ax.tick_params(axis="x", labelsize=8)
+        ax2 = ax.twinx()
+        ax2.plot(modes, [r[m]["expected_quality"] for m in modes], "ko-")
+        ax2.set_ylim(0, 1)
+        ax2.set_ylabel("expected quality")
+        n = results[key].get("requests")
+        ax.set_title(f"concurrency {key[1:]}" + (f" ({n} requests)" if n else ""))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -41,7 +41,15 @@ from app.forward.rewrite import COT_INSTRUCTION
 from app.tools.calibrate import Sweep, calibrate
 from app.tools.embedded import RunningGateway, run_gateway
 from app.tools.workload import KIND_SHARE, MIX, TRIVIAL_SHARE, WORKLOADS
-from bench.gpu_common import ROOT, engine_build, project_commit, start_llama, write_json
+from bench.gpu_common import (
+    ROOT,
+    engine_build,
+    merge_runs,
+    plot_modes,
+    project_commit,
+    start_llama,
+    write_json,
+)
 from router.curves import Curve
 
 QUALITY_TARGET = 0.95
@@ -174,23 +182,6 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
 ORDERS = {1: ("auto", "large", "small-cot"), 8: ("large", "auto", "small-cot", "auto", "large")}
 
 
-def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Repeated runs of one mode: mean joules and wall time, every run's joules."""
-    from collections import Counter
-
-    routes: Counter[str] = Counter()
-    failed: Counter[str] = Counter()
-    for r in runs:
-        routes.update(r["routes"])
-        failed.update(r["failed"])
-    k = len(runs)
-    return {"joules": sum(r["joules"] for r in runs) / k,
-            "joules_runs": [r["joules"] for r in runs],
-            "wall_s": sum(r["wall_s"] for r in runs) / k, "routes": dict(routes),
-            "failed": dict(failed), "answered": sum(r["answered"] for r in runs),
-            "expected_quality": sum(r["expected_quality"] for r in runs) / k}
-
-
 def phase_replay(s: Setup, n: int, workload: str) -> None:
     from collections import Counter
 
@@ -217,7 +208,7 @@ def phase_replay(s: Setup, n: int, workload: str) -> None:
             for m in order:
                 done.setdefault(m, []).append(
                     asyncio.run(_mode(gw, reader, m, prompts, conc, quality)))
-            runs = {m: _merge(rs) for m, rs in done.items()}
+            runs = {m: merge_runs(rs) for m, rs in done.items()}
             results[f"c{conc}"] = {
                 "order": list(order),
                 "savings_vs_large": 1 - runs["auto"]["joules"] / runs["large"]["joules"],
@@ -252,30 +243,8 @@ def phase_replay(s: Setup, n: int, workload: str) -> None:
         "units": {"joules": "J, NVML counter delta over the whole mode (gross, incl. idle)",
                   "wall_s": "s", "savings_*": "fraction", "quality_*": "fraction"},
     })
-    _plot_modes(s.out / f"gpu-routing-{workload}.png", results)
-
-
-def _plot_modes(path: Path, results: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    modes = ["auto", "large", "small-cot"]
-    for ax, key in zip(axes, ("c1", "c8"), strict=True):
-        r = results[key]["modes"]
-        kj = [r[m]["joules"] / 1000 for m in modes]
-        ax.bar(modes, kj, color=["tab:green", "tab:red", "tab:orange"])
-        ax.set_ylabel("energy, kJ (nvml)")
-        ax2 = ax.twinx()
-        ax2.plot(modes, [r[m]["expected_quality"] for m in modes], "ko-")
-        ax2.set_ylim(0, 1)
-        ax2.set_ylabel("expected quality")
-        ax.set_title(f"concurrency {key[1:]}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_modes(s.out / f"gpu-routing-{workload}.png", results, ["auto", "large", "small-cot"],
+               ["tab:green", "tab:red", "tab:orange"])
 
 
 def main() -> None:

@@ -48,7 +48,14 @@ from app.factory import Seams
 from app.tools.calibrate import Sweep
 from app.tools.embedded import RunningGateway, run_gateway
 from app.tools.workload import chat_traffic
-from bench.gpu_common import ROOT, engine_build, project_commit, write_json
+from bench.gpu_common import (
+    ROOT,
+    engine_build,
+    merge_runs,
+    plot_modes,
+    project_commit,
+    write_json,
+)
 from bench.gpu_routing import PORTS, Setup, phase_calibrate, start_workers
 from router.thinking import budget_share
 
@@ -163,21 +170,6 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
             "expected_quality": sum(expected) / max(1, len(expected))}
 
 
-def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    k = len(runs)
-    routes: Counter[str] = Counter()
-    failed: Counter[str] = Counter()
-    for r in runs:
-        routes.update(r["routes"])
-        failed.update(r["failed"])
-    return {"joules": sum(r["joules"] for r in runs) / k,
-            "joules_runs": [r["joules"] for r in runs],
-            "wall_s": sum(r["wall_s"] for r in runs) / k, "routes": dict(routes),
-            "failed": dict(failed), "answered": sum(r["answered"] for r in runs),
-            "thinking_tokens": sum(r["thinking_tokens"] for r in runs) / k,
-            "expected_quality": sum(r["expected_quality"] for r in runs) / k}
-
-
 def _levels(gw: RunningGateway, prompts: list[str]) -> tuple[list[dict[str, Any]],
                                                              list[dict[str, tuple[float, float]]]]:
     """Each request's dry-run decision, and per tier (no thinking, full thinking)."""
@@ -216,7 +208,7 @@ def phase_replay(s: Setup, n_by_conc: dict[int, int]) -> dict[str, Any]:
             for m in order:
                 done.setdefault(m, []).append(asyncio.run(
                     _mode(gw, reader, m, prompts[:k], naturals[:k], conc, levels[:k])))
-            runs = {m: _merge(rs) for m, rs in done.items()}
+            runs = {m: merge_runs(rs) for m, rs in done.items()}
             auto, think, nothink = runs["auto"], runs["large-think"], runs["large-nothink"]
             results[f"c{conc}"] = {
                 "order": list(order), "requests": k,
@@ -270,31 +262,9 @@ def write_replay(s: Setup, out: dict[str, Any]) -> None:
         "units": {"joules": "J, NVML counter delta over the whole mode (gross, incl. idle)",
                   "wall_s": "s", "savings_*": "fraction", "quality_*": "fraction"},
     })
-    _plot(s.out / "gpu-thinking.png", results)
-
-
-def _plot(path: Path, results: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key in zip(axes, ("c1", "c8"), strict=True):
-        r = results[key]["modes"]
-        ax.bar(MODES, [r[m]["joules"] / 1000 for m in MODES],
-               color=["tab:green", "tab:red", "tab:blue", "tab:orange"])
-        ax.set_ylabel("energy, kJ (nvml)")
-        ax.tick_params(axis="x", labelsize=8)
-        ax2 = ax.twinx()
-        ax2.plot(MODES, [r[m]["expected_quality"] for m in MODES], "ko-")
-        ax2.set_ylim(0, 1)
-        ax2.set_ylabel("expected quality")
-        ax.set_title(f"concurrency {key[1:]} ({results[key]['requests']} requests)")
-    fig.suptitle("Thinking budgets on the H200: Qwen3-1.7B / 8B shapes, random weights")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_modes(s.out / "gpu-thinking.png", results, list(MODES),
+               ["tab:green", "tab:red", "tab:blue", "tab:orange"],
+               "Thinking budgets on the H200: Qwen3-1.7B / 8B shapes, random weights")
 
 
 def main() -> None:
