@@ -7,8 +7,11 @@ import os
 import subprocess
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,3 +108,18 @@ def plot_modes(path: Path, results: dict[str, Any], modes: list[str], colors: li
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+async def metered_run(nvml: Any, send: Callable[[httpx.AsyncClient, int, str], Awaitable[None]],
+                      prompts: list[str]) -> tuple[float, float]:
+    """(joules on the counter, wall seconds) of sending every prompt at once
+    (the callers' semaphores bound the concurrency)."""
+    import asyncio
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
+        await asyncio.sleep(1.0)
+        e0, t0 = nvml.read().counter_j, time.monotonic()
+        await asyncio.gather(*(send(client, i, t) for i, t in enumerate(prompts)))
+        wall = time.monotonic() - t0
+        await asyncio.sleep(0.3)  # let the counter step past the end
+        return nvml.read().counter_j - e0, wall

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from bench.gpu_common import (
     ROOT,
     engine_build,
     merge_runs,
+    metered_run,
     plot_modes,
     project_commit,
     start_llama,
@@ -163,16 +163,10 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
             routes.append(act)
             expected.append(quality[i].get(act, float("nan")))
 
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
-        await asyncio.sleep(1.0)
-        e0, t0 = nvml.read().counter_j, time.monotonic()
-        await asyncio.gather(*(one(client, i, t) for i, t in enumerate(prompts)))
-        wall = time.monotonic() - t0
-        await asyncio.sleep(0.3)  # let the counter step past the end
-        e1 = nvml.read().counter_j
+    joules, wall = await metered_run(nvml, one, prompts)
     from collections import Counter
 
-    return {"joules": e1 - e0, "wall_s": wall, "routes": dict(Counter(routes)),
+    return {"joules": joules, "wall_s": wall, "routes": dict(Counter(routes)),
             "failed": dict(Counter(failures)), "answered": len(routes),
             "expected_quality": sum(expected) / max(1, len(expected))}
 

@@ -35,7 +35,6 @@ import asyncio
 import json
 import math
 import random
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from bench.gpu_common import (
     ROOT,
     engine_build,
     merge_runs,
+    metered_run,
     plot_modes,
     project_commit,
     write_json,
@@ -157,14 +157,8 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
                             if budget else direct)
             thinking.append(int(r.json()["usage"].get("thinking_tokens", 0)))
 
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
-        await asyncio.sleep(1.0)
-        e0, t0 = nvml.read().counter_j, time.monotonic()
-        await asyncio.gather(*(one(client, i, t) for i, t in enumerate(prompts)))
-        wall = time.monotonic() - t0
-        await asyncio.sleep(0.3)  # let the counter step past the end
-        e1 = nvml.read().counter_j
-    return {"joules": e1 - e0, "wall_s": wall, "routes": dict(Counter(routes)),
+    joules, wall = await metered_run(nvml, one, prompts)
+    return {"joules": joules, "wall_s": wall, "routes": dict(Counter(routes)),
             "failed": dict(Counter(failures)), "answered": len(routes),
             "thinking_tokens": sum(thinking),
             "expected_quality": sum(expected) / max(1, len(expected))}
