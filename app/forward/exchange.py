@@ -90,7 +90,7 @@ class Exchange:
         self.decode = 0
         self.thinking = 0  # of `decode`, the tokens inside the think span
         self._reasons = bool(fw.decision.thinking_budget)  # count them?
-        self._inline = InlineThinking()
+        self._inline = InlineThinking() if fw.reasoning else None
         self.figure: EnergyFigure | None = None
         self.usage: dict[str, Any] | None = None
         self._last: dict[str, Any] | None = None
@@ -197,7 +197,7 @@ class Exchange:
             self.status = "upstream_error_event"
             err = _error_envelope(obj["error"])
             return sse.encode(err), err, ""
-        if self._inline.state != "none" and self._inline.feed(obj):
+        if self._inline is not None and self._inline.feed(obj):
             event = sse.encode(obj)  # a think span the engine left in the content
         try:
             text = chunk_text(obj)

@@ -81,3 +81,4 @@ class Forward:
     ask: Ask | None = None
     key: ApiKey | None = None  # the API key that sent it (None: open gateway)
     budget_used: float | None = None  # the key's share of its joule budget, when steered
+    reasoning: bool = False  # a reasoning model's answer: think tags never reach content

@@ -68,7 +68,8 @@ class Planner:
         return Forward(ask.path, body, d, "auto" if d.routed else "forced", ask.stream,
                        ask.wants_usage, ask.query.prompt_tokens, ask.received_at,
                        model_name=backend.model, disconnected=ask.disconnected,
-                       ask=ask if reroutable else None, key=ask.key, budget_used=steered)
+                       ask=ask if reroutable else None, key=ask.key, budget_used=steered,
+                       reasoning=backend.reasoning)
 
     def replan(self, ask: Ask, excluded: frozenset[str]) -> Forward | None:
         """The next plan without the `excluded` backends, or None when none is left."""

@@ -50,44 +50,61 @@ def chunk_thinks(chunk: dict[str, Any]) -> bool:
 
 
 class InlineThinking:
-    """A think span an engine left in `content` (a vLLM without a reasoning
-    parser, a template the engine does not know) moved to `reasoning_content`,
-    so that no `</think>` reaches the answer. Decided on the first content: a
-    stream whose content starts with the start tag is split at the end tag;
-    any other is left alone (one check per request)."""
+    """Think spans a reasoning model's engine left in `content` (a vLLM
+    without a reasoning parser, llama.cpp's `reasoning_format: none`, a span
+    opened again mid-answer) moved to `reasoning_content`, and an end tag the
+    engine's parser let through dropped: no `<think>` or `</think>` reaches the
+    answer. Tags are whole in a chunk (one token on llama.cpp and vLLM)."""
 
     def __init__(self, start: str = "<think>", end: str = "</think>") -> None:
         self.start, self.end = start, end
-        self.state = "unknown"  # unknown | inside | after (the tag) | none
+        self.inside = False
+        self.trim = False  # the blank lines after a span
 
     def feed(self, chunk: dict[str, Any]) -> bool:
         """Move the chunk's thinking out of `content`; whether it changed."""
-        if self.state == "none":
-            return False
         changed = False
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
-            text = delta.get("content") if isinstance(delta, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            text = delta.get("content")
             if not isinstance(text, str) or not text:
                 continue
-            assert isinstance(delta, dict)
-            if self.state == "after":  # the blank lines between span and answer
-                delta["content"] = text.lstrip("\n")
-                self.state = "after" if not delta["content"] else "none"
-                changed = True
+            if not self.inside and not self.trim and self.start not in text \
+                    and self.end not in text:
+                continue  # the common case: answer text
+            said, thought = self._split(text)
+            if said == text and not thought:
                 continue
-            if self.state == "unknown":
-                if not text.lstrip().startswith(self.start):
-                    self.state = "none"
-                    return changed
-                self.state, text = "inside", text.lstrip()[len(self.start):]
-            thought, tag, answer = text.partition(self.end)
-            delta["reasoning_content"] = (delta.get("reasoning_content") or "") + thought
-            delta["content"] = answer.lstrip("\n") if tag else ""
-            if tag:
-                self.state = "none" if delta["content"] else "after"
+            delta["content"] = said
+            if thought:
+                delta["reasoning_content"] = (delta.get("reasoning_content") or "") + thought
             changed = True
         return changed
+
+    def _split(self, text: str) -> tuple[str, str]:
+        said: list[str] = []
+        thought: list[str] = []
+        while text:
+            if self.inside:
+                part, tag, text = text.partition(self.end)
+                thought.append(part)
+                if tag:
+                    self.inside, self.trim = False, True
+                continue
+            if self.trim:
+                text = text.lstrip("\n")
+                self.trim = not text
+                continue
+            part, tag, text = text.partition(self.start)
+            closed, stray, after = part.partition(self.end)  # a tag the parser let through
+            said.append(closed + after.lstrip("\n") if stray else part)
+            if stray and not after.strip("\n"):
+                self.trim = True
+            if tag:
+                self.inside = True
+        return "".join(said), "".join(thought)
 
 
 def with_thinking(usage: dict[str, Any], tokens: int) -> dict[str, Any]:

@@ -132,8 +132,14 @@ def test_a_think_span_left_in_the_content_is_moved_out() -> None:
     assert thought == "\nfirst, 2+2 is 4" and said == "It is 4."
     assert changed == [True, True, True, True, False]
     plain = InlineThinking()
-    c = _delta("Hello </think> there")
-    assert not plain.feed(c) and c["choices"][0]["delta"]["content"] == "Hello </think> there"  # type: ignore[index]
+    c = _delta("Hello there")
+    assert not plain.feed(c) and c["choices"][0]["delta"]["content"] == "Hello there"  # type: ignore[index]
+    again = [_delta("It is 4. "), _delta("<think>"), _delta("check"), _delta("</think>"),
+             _delta("\n\nYes.")]  # a span opened again mid-answer
+    assert [plain.feed(c) for c in again] == [False, True, True, True, True]
+    deltas = [c["choices"][0]["delta"] for c in again]  # type: ignore[index]
+    assert "".join(d.get("content") or "" for d in deltas) == "It is 4. Yes."
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == "check"
 
 
 def test_a_budget_leaves_room_in_the_context() -> None:
@@ -145,3 +151,11 @@ def test_a_budget_leaves_room_in_the_context() -> None:
     forced = Decision(tier="large", backend="b", strategy="direct", max_tokens=50,
                       thinking_budget=10**6, category="forced", routed=False)
     assert within_context(forced, b, 100).thinking_budget == 2048 - 100 - 50 - CLOSING_TOKENS
+
+
+def test_an_end_tag_at_the_start_of_the_answer_is_dropped() -> None:
+    inline = InlineThinking()
+    chunks = [_delta("</think>"), _delta("\n\n"), _delta("The answer")]
+    assert [inline.feed(c) for c in chunks] == [True, True, False]
+    said = "".join(c["choices"][0]["delta"]["content"] for c in chunks)  # type: ignore[index]
+    assert said == "The answer"
