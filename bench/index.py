@@ -127,6 +127,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                          "auto against always-large and small+CoT, c=1 and c=8 (nvml), the "
                          "router before open requests", "gpu-routing-benchmark-mix.json"),
     "gpu-routing.png": ("same", "gpu-routing.json as a picture", "gpu-routing-benchmark-mix.png"),
+    "seed-shots-cpu-estimate.json": ("python -m bench.seed_shots --source estimate --n 40",
+                                     "seed 003 on this CPU: HumanEval zero- vs three-shot "
+                                     "with SmolLM2, energy (estimate), tokens, pass@1", ""),
     "gpu-thinking-curves.json": ("bash bench/run_h200_thinking.sh (device tool)",
                                  "H200 curves of the Qwen3-1.7B/8B shapes (nvml)", ""),
     "gpu-thinking-curves.png": ("same", "gpu-thinking-curves.json as a picture", ""),
