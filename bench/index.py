@@ -73,6 +73,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-usage-journal-c1.json": (AB + " --base 61fcd7e --rounds 4",
                                  "the usage journal and what came with it, against 61fcd7e",
                                  ""),
+    "ab-thinking-session-auto-c50.json": (AB + " --base c0d1eb1 --model auto --connections 50",
+                                          "stop 36's changes (thinking budgets, report, "
+                                          "inline tags) against c0d1eb1, auto", ""),
+    "ab-thinking-session-c50.json": (AB + " --base c0d1eb1 --connections 50",
+                                     "the same, forced tier", ""),
     "ab-usage-journal-c50.json": (AB + " --base 61fcd7e --rounds 4 --connections 50",
                                   "the same at 50 connections", ""),
     "ab-usage-journal-only-c50.json": (AB + " --base a35fbd7 --connections 50",
