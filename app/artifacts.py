@@ -72,15 +72,16 @@ def save_curve(curve: Curve, path: Path) -> None:
 
 
 def load_complexity(path: Path, default_target: float,
-                    quality: Mapping[str, Mapping[str, float]] | None = None
+                    quality: Mapping[str, Mapping[str, float]] | None = None,
+                    report: dict[str, Any] | None = None
                     ) -> tuple[ComplexityModel | None, Targets]:
     """The complexity model (`joulegate train-complexity`: arrays and report side
     by side); without it the router falls back to the category table. With the
     models file's `quality` table, a level it gives otherwise than the table
     the model was trained with is calibrated here, on the reference items'
     difficulty (the report's quantiles): a pair of other models routes by its
-    own figures."""
-    report = complexity_report(path)
+    own figures. `report`: the report, where the caller has read it already."""
+    report = report if report is not None else complexity_report(path)
     if report is None:
         log.warning("no complexity model at %s: routing by category averages", path)
         return None, Targets(default_target=default_target)

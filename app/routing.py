@@ -89,9 +89,9 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
                     sites(catalog), thinking_model(catalog))
     path = catalog.path(r.complexity) if r.complexity else COMPLEXITY
-    model, targets = load_complexity(path, r.quality_target, catalog.quality)
+    report = complexity_report(path)
+    model, targets = load_complexity(path, r.quality_target, catalog.quality, report)
     router = Router(classifier, policy, catalog.tiers[-1], model, targets)
-    report = complexity_report(path) if model is not None else None
     if report is not None and _other_levels(catalog, report) \
             and report.get("reference_workload"):
         # Levels or actions other than those the targets were calibrated with:

@@ -98,14 +98,13 @@ def kind_groups(done: list[tuple[str, dict[str, Any]]], finals: dict[str, dict[s
         g = groups.setdefault(kind, {
             "category": kind, "backend": "smollm2", "source": u.get("energy_source"),
             **{k: 0 for k in ("requests", "prompt_tokens", "completion_tokens",
-                              "prompt_x_completion", "energy_net_j", "energy_gross_j",
+                              "energy_net_j", "energy_gross_j",
                               "metered", "metered_prompt_tokens", "metered_completion_tokens",
                               "metered_prompt_x_completion", "loop_stops")}})
         p, c = u["prompt_tokens"], u["completion_tokens"]
         g["requests"] += 1
         g["prompt_tokens"] += p
         g["completion_tokens"] += c
-        g["prompt_x_completion"] += p * c
         g["loop_stops"] += r["finish"] == "loop_detected"
         if fig is not None:
             g["metered"] += 1

@@ -56,8 +56,7 @@ class Planner:
             raise model_not_allowed(ask.model)
         backend = self.catalog.backend(d.backend)
         assert backend is not None
-        d = within_context(within_ceiling(d, backend, ask.thinking_ceiling), backend,
-                           ask.query.prompt_tokens)
+        d = fit_thinking(d, backend, ask.thinking_ceiling, ask.query.prompt_tokens)
         body = ask.body_for(d, backend)
         # The worker always streams, with usage: the gateway counts tokens as they
         # come, can stop a generation (loop guard, timeout, client gone), and
@@ -160,22 +159,21 @@ class Planner:
             policy=q.policy, reason=f"model '{model}' asked for by name", routed=False)
 
 
+def fit_thinking(d: Decision, backend: Backend, ceiling: int | None,
+                 prompt_tokens: int) -> Decision:
+    """`d` with the thinking budget it is sent with: within the client's
+    ceiling, then within the backend's context."""
+    return within_context(within_ceiling(d, backend, ceiling), backend, prompt_tokens)
+
+
 def within_ceiling(d: Decision, backend: Backend, ceiling: int | None) -> Decision:
     """`d` with its thinking budget no larger than the client's ceiling (a
-    reasoning backend asked by name gets the ceiling as its budget). A routed
-    decision's max_tokens holds budget, closing line and answer: it shrinks
-    with the budget."""
+    reasoning backend asked by name gets the ceiling as its budget)."""
     if not backend.reasoning or ceiling is None:
         return d
     old = d.thinking_budget
     budget = ceiling if old is None else min(old, ceiling)
-    if budget == old:
-        return d
-    if not d.routed:
-        return replace(d, thinking_budget=budget)
-    answer = d.max_tokens - (old + CLOSING_TOKENS if old else 0)
-    return replace(d, thinking_budget=budget,
-                   max_tokens=answer + (budget + CLOSING_TOKENS if budget else 0))
+    return d if budget == old else _rebudget(d, budget)
 
 
 def within_context(d: Decision, backend: Backend, prompt_tokens: int) -> Decision:
@@ -187,10 +185,17 @@ def within_context(d: Decision, backend: Backend, prompt_tokens: int) -> Decisio
         return d
     if not d.routed:  # max_tokens: what the client asked for the answer (0: none)
         room = backend.context_limit - prompt_tokens - d.max_tokens - CLOSING_TOKENS
-        return d if budget <= room else replace(d, thinking_budget=max(0, room))
+        return d if budget <= room else _rebudget(d, max(0, room))
     over = prompt_tokens + d.max_tokens - backend.context_limit
-    if over <= 0:
-        return d
-    room = max(0, budget - over)
-    return replace(d, thinking_budget=room, max_tokens=d.max_tokens - budget + room
-                   - (CLOSING_TOKENS if room == 0 else 0))
+    return d if over <= 0 else _rebudget(d, max(0, budget - over))
+
+
+def _rebudget(d: Decision, budget: int) -> Decision:
+    """`d` with another thinking budget. A routed decision's max_tokens holds
+    budget, closing line and answer: the answer's share stays as it was."""
+    if not d.routed:
+        return replace(d, thinking_budget=budget)
+    old = d.thinking_budget
+    answer = d.max_tokens - (old + CLOSING_TOKENS if old else 0)
+    return replace(d, thinking_budget=budget,
+                   max_tokens=answer + (budget + CLOSING_TOKENS if budget else 0))

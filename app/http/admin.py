@@ -47,15 +47,12 @@ async def usage(request: Request, since: str = "7d") -> Response:
     (an open gateway: all), with totals by day and by model."""
     gw = gateway_of(request)
     key = authorize(gw, request, generates=False)
-    seconds = parse_since(since)
-    if seconds is None:
-        raise bad_request("since: a number and a unit, e.g. 24h or 7d", "since",
-                          "invalid_since")
+    start = _window_start(since)
     mine = key.id if key is not None and key.id != ADMIN_ID else None
     if gw.spend is None:
         found: dict[str, Any] = {"totals": {}, "by_day": {}, "by_model": {}, "data": []}
     else:  # off the event loop: a database round trip or two
-        found = await anyio.to_thread.run_sync(_usage, gw.spend, mine, time.time() - seconds)
+        found = await anyio.to_thread.run_sync(_usage, gw.spend, mine, start)
     return JSONResponse({"object": "list", "since": since, **found})
 
 
@@ -67,14 +64,20 @@ async def report(request: Request, since: str = "24h", reference: str | None = N
     key = authorize(gw, request, generates=False)
     if key is not None and key.id != ADMIN_ID:
         raise admin_only()
-    seconds = parse_since(since)
-    if seconds is None:
-        raise bad_request("since: a number and a unit, e.g. 1h or 7d", "since",
-                          "invalid_since")
+    start = _window_start(since)
     groups = [] if gw.spend is None else await anyio.to_thread.run_sync(
-        gw.spend.report_groups, time.time() - seconds)
+        gw.spend.report_groups, start)
     return JSONResponse({"object": "report", "since": since,
                          **build_report(groups, gw.curves, reference)})
+
+
+def _window_start(since: str) -> float:
+    """The start (a time.time()) of a `since` window such as 24h or 7d; 400 otherwise."""
+    seconds = parse_since(since)
+    if seconds is None:
+        raise bad_request("since: a number and a unit, e.g. 24h or 7d", "since",
+                          "invalid_since")
+    return time.time() - seconds
 
 
 def _usage(spend: SpendLedger, key_id: str | None, since: float) -> dict[str, Any]:

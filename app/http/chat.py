@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from app.catalog import Backend
 from app.errors import bad_request, model_not_allowed
 from app.forward.plan import Ask, Needs
-from app.forward.planner import within_ceiling, within_context
+from app.forward.planner import fit_thinking
 from app.forward.rewrite import capped, default_cap, rewrite_chat
 from app.forward.splice import answer
 from app.http.auth import authorize
@@ -99,8 +99,7 @@ async def route(request: Request) -> Response:
     d, _ = gw.planner.decide_for(key, req.model, q, needs, arriving=False)
     backend = gw.planner.catalog.backend(d.backend)
     if backend is not None:  # the budget the request would be sent with
-        d = within_context(within_ceiling(d, backend, req.thinking_ceiling), backend,
-                           q.prompt_tokens)
+        d = fit_thinking(d, backend, req.thinking_ceiling, q.prompt_tokens)
     return JSONResponse(d.as_json())
 
 

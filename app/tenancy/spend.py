@@ -257,16 +257,15 @@ class SpendLedger:
 
     def report_groups(self, since: float) -> list[dict[str, Any]]:
         """Finished requests since `since`, summed by category, backend and
-        energy source in the database: requests, tokens, the sums a curve's
-        prediction needs (prompt x completion), net and gross joules, the
-        requests with an energy figure, and loop-guard stops
+        energy source in the database: requests, tokens, net and gross joules,
+        the requests with an energy figure and their tokens (with prompt x
+        completion, which a curve's prediction needs), and loop-guard stops
         (app/tenancy/report.py makes the report of them)."""
         ok = U.energy_net_j.is_not(None)
         stmt = select(
             U.category, U.backend, U.source, func.count(),
             func.coalesce(func.sum(U.prompt_tokens), 0),
             func.coalesce(func.sum(U.completion_tokens), 0),
-            func.coalesce(func.sum(cast(U.prompt_tokens, Float) * U.completion_tokens), 0.0),
             func.coalesce(func.sum(U.energy_net_j), 0.0),
             func.coalesce(func.sum(U.energy_gross_j), 0.0),
             func.sum(case((ok, 1), else_=0)),
@@ -277,7 +276,7 @@ class SpendLedger:
             func.sum(case((U.status == "loop_stopped", 1), else_=0)),
         ).where(U.time >= since).group_by(U.category, U.backend, U.source)
         names = ("category", "backend", "source", "requests", "prompt_tokens",
-                 "completion_tokens", "prompt_x_completion", "energy_net_j",
+                 "completion_tokens", "energy_net_j",
                  "energy_gross_j", "metered", "metered_prompt_tokens",
                  "metered_completion_tokens", "metered_prompt_x_completion", "loop_stops")
         return [dict(zip(names, r, strict=True)) for r in self._db.execute(stmt).rows]

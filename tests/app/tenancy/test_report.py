@@ -13,7 +13,6 @@ def group(category: str, backend: str, n: int, prompt: int, answer: int, gross: 
     m = n - unmetered
     return {"category": category, "backend": backend, "source": source, "requests": n,
             "prompt_tokens": prompt * n, "completion_tokens": answer * n,
-            "prompt_x_completion": float(prompt * answer * n),
             "energy_net_j": gross * 0.8 * m, "energy_gross_j": gross * m, "metered": m,
             "metered_prompt_tokens": prompt * m, "metered_completion_tokens": answer * m,
             "metered_prompt_x_completion": float(prompt * answer * m), "loop_stops": loops}
