@@ -29,8 +29,9 @@ from app.metering.meter import Meter
 from app.metering.remote import RemoteMeter
 from app.routing import LengthBook, build_router, catalog_curves
 from app.settings import Settings
+from app.tenancy.admission import Admission
 from app.tenancy.keys import KeyRing, KeyStore, kept_secret
-from app.tenancy.limits import RateLimits
+from app.tenancy.shared import SharedState
 from app.tenancy.spend import SpendLedger, UsageRow
 from app.upstream.client import (
     MAX_CONNECTIONS,
@@ -171,16 +172,21 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         lengths_file = catalog.routing.lengths_file
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
-        limits, keys = RateLimits(), _keys(settings)
+        keys = _keys(settings)
+        shared = None if not settings.redis_url else SharedState(
+            settings.redis_url, settings.redis_timeout_ms / 1000, metrics.shared_state_up)
+        admission = Admission(shared=shared)
+        if shared is not None:
+            await shared.start()
         spend = SpendLedger(settings.database(), journal=settings.state_dir / "journal")
         spend.prime(k for k in keys.active_keys() if k.joule_budget is not None)
         keys.start()
         planner = Planner(catalog, pool, router, metrics, Traffic(), spend,
                           settings.budget_steer_at)
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
-                            token_rates(catalog), limits.spent,
+                            token_rates(catalog), admission.tokens,
                             lambda row: record_usage(row, spend, metrics),
-                            on_answered=spend.answered), planner)
+                            on_answered=spend.answered, on_settled=admission.settle), planner)
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
         await checker.check_once()
@@ -190,7 +196,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.on_error = metrics.rejected
         app.state.gateway = Gateway(planner, proxy, metrics, settings.max_body_bytes,
                                     settings.policy, settings.body_timeout_seconds, keys=keys,
-                                    limits=limits, spend=spend,
+                                    admission=admission, spend=spend,
                                     curves=catalog_curves(catalog))
         flusher = asyncio.create_task(metrics.flushing())
         try:
@@ -208,6 +214,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             await upstream.aclose()
             spend.close()  # writes the rows still queued
             keys.close()
+            if shared is not None:
+                await shared.close()
 
     app = _http_app(lifespan, configured)
     app.guard = Guard(allowed_hosts(settings.allowed_hosts, settings.host))

@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     bootstrap_key: bool = False
     # The admin key: manages keys through /v1/admin/keys and sees all usage.
     admin_key: str | None = None
+    # redis://host:6379/0: rate windows and joule holds shared by every gateway
+    # (unset: each gateway process keeps its own)
+    redis_url: str | None = None
+    # The longest a request waits for Redis before its gateway goes local.
+    redis_timeout_ms: float = Field(default=10.0, gt=0, le=1000)
     log_level: str = "info"
 
     def agent_secret(self, create: bool = False) -> str | None:

@@ -13,6 +13,7 @@ Goal (issue 12): <= 0.1 ms p50 on SQLite.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import tempfile
@@ -24,8 +25,8 @@ from starlette.requests import Request
 
 from app.http.auth import authorize
 from app.http.gateway import Gateway
+from app.tenancy.admission import Admission
 from app.tenancy.keys import KeyRing, KeyStore
-from app.tenancy.limits import RateLimits
 from app.tenancy.spend import SpendLedger
 from bench.gpu_common import project_commit
 
@@ -36,7 +37,7 @@ SECONDS = 5.0  # the keys are reloaded (every 2 s) while the checks are timed
 
 class _Gw:
     def __init__(self, keys: KeyRing | None, spend: SpendLedger | None) -> None:
-        self.keys, self.spend, self.limits = keys, spend, RateLimits()
+        self.keys, self.spend, self.admission = keys, spend, Admission()
 
 
 def _request(secret: str | None) -> Request:
@@ -48,13 +49,17 @@ def _request(secret: str | None) -> Request:
 def _time(gw: Any, request: Request, n: int) -> dict[str, float]:
     """At least `n` checks and at least SECONDS of them, so that the keys'
     refresher thread (every 2 s) runs while they are timed."""
+    return asyncio.run(_timed(gw, request, n))
+
+
+async def _timed(gw: Any, request: Request, n: int) -> dict[str, float]:
     for _ in range(200):
-        authorize(cast(Gateway, gw), request)
+        await authorize(cast(Gateway, gw), request)
     times: list[float] = []
     end = time.perf_counter() + SECONDS
     while len(times) < n or time.perf_counter() < end:
         t0 = time.perf_counter()
-        authorize(cast(Gateway, gw), request)
+        await authorize(cast(Gateway, gw), request)
         times.append(time.perf_counter() - t0)
     times.sort()
     return {"calls": len(times), "p50_ms": 1000 * statistics.median(times),

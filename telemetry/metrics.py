@@ -192,6 +192,7 @@ class Metrics:
         self._backend_up = _Children(Gauge(
             "joulegate_backend_up", "1 when a backend has a healthy replica", ["backend"],
             registry=r, multiprocess_mode="max"))
+        self._shared_up: Gauge | None = None
         self._stops = _Children(Counter(
             "joulegate_generation_stops", "Generations the gateway stopped, by reason",
             ["tier", "backend", "reason"], registry=r))
@@ -209,6 +210,16 @@ class Metrics:
         self._thinking(tier, backend)
         self._saved(baseline)
         self._backend_up(backend)
+
+    def shared_state_up(self, up: bool) -> None:
+        """Whether the shared limits' store (Redis) answers: only exported
+        where one is configured."""
+        if self._shared_up is None:
+            self._shared_up = Gauge(
+                "joulegate_shared_state_up",
+                "1 when the limits shared by every gateway (Redis) answer, 0 while this "
+                "gateway enforces its own", registry=self.registry, multiprocess_mode="min")
+        self._shared_up.set(1 if up else 0)
 
     def thinking(self, tier: str, backend: str) -> None:
         self._batch.inc(self._thinking, (tier, backend), 1)

@@ -34,3 +34,16 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real Redis, empty: .ci/run's, or a redis-server started for the test."""
+    from tests.redis_server import shared_redis_url
+
+    url, server = shared_redis_url(tmp_path)
+    try:
+        yield url
+    finally:
+        if server is not None:
+            server.stop()

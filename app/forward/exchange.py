@@ -39,6 +39,7 @@ from app.forward.usage import (
 )
 from app.forward.watch import shielded
 from app.metering.meter import Meter
+from app.tenancy.admission import Hold
 from app.tenancy.spend import UsageRow
 from app.upstream.client import Upstream, UpstreamError, UpstreamResponse
 from app.upstream.pool import Ejected, NoReplica, ReplicaPool, ReplicaState
@@ -72,6 +73,8 @@ class Parts:
     on_usage: Callable[[UsageRow], None] = lambda row: None  # a finished request's row
     # the same row as the answer leaves, with the response's figure (journaled)
     on_answered: Callable[[UsageRow], None] = lambda row: None
+    # a request's joule hold and the net joules it cost (its final figure)
+    on_settled: Callable[[Hold | None, float | None], None] = lambda hold, net_j: None
     # energy id -> the API key that made the request (recent ones; GET /v1/energy)
     owners: dict[str, str] = field(default_factory=dict)
 
@@ -345,17 +348,23 @@ class Exchange:
         if self.window is None:
             if row is not None:
                 p.on_usage(row)
+            if self.count:
+                p.on_settled(fw.hold, self.figure.net_j if self.figure else None)
         else:  # the final figure comes with the next counter step or so
-            p.meter.when_final(self.window, partial(_settled, p, d, row))
+            p.meter.when_final(self.window, partial(_settled, p, fw, row, self.count))
 
 
-def _settled(p: Parts, d: Decision, row: UsageRow | None, figure: EnergyFigure | None
-             ) -> None:
-    """A request's final energy figure: record it, and write the request's
-    usage row with it (without one, the row keeps the figure its response
-    carried, `energy_final` false)."""
+def _settled(p: Parts, fw: Forward, row: UsageRow | None, count: bool,
+             figure: EnergyFigure | None) -> None:
+    """A request's final energy figure: record it, settle the key's joule
+    hold with it, and write the request's usage row with it (without one, the
+    row keeps the figure its response carried, `energy_final` false)."""
+    d = fw.decision
     if figure is not None:
         p.metrics.request_energy(d.tier, d.backend, figure)
+    if count:
+        p.on_settled(fw.hold, figure.net_j if figure is not None
+                     else row.energy_net_j if row is not None else None)
     if row is not None:
         p.on_usage(row if figure is None else replace(
             row, energy_net_j=figure.net_j, energy_gross_j=figure.gross_j,

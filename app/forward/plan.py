@@ -10,6 +10,7 @@ from typing import Any
 from app.catalog import Backend
 from app.errors import ApiError, bad_request
 from app.forward.usage import Prior
+from app.tenancy.admission import Hold
 from app.tenancy.keys import ApiKey
 from router.decision import Decision, Query
 
@@ -82,3 +83,4 @@ class Forward:
     key: ApiKey | None = None  # the API key that sent it (None: open gateway)
     budget_used: float | None = None  # the key's share of its joule budget, when steered
     reasoning: bool = False  # a reasoning model's answer: think tags never reach content
+    hold: Hold | None = None  # the joules reserved against the key's budget

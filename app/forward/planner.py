@@ -70,13 +70,19 @@ class Planner:
                        ask=ask if reroutable else None, key=ask.key, budget_used=steered,
                        reasoning=backend.reasoning)
 
-    def replan(self, ask: Ask, excluded: frozenset[str]) -> Forward | None:
-        """The next plan without the `excluded` backends, or None when none is left."""
+    def replan(self, fw: Forward, excluded: frozenset[str]) -> Forward | None:
+        """The next plan for `fw`'s request without the `excluded` backends (its
+        joule hold goes with it), or None when none is left or it named its
+        backend."""
+        ask = fw.ask
+        if ask is None:
+            return None
         q = ask.query
         try:
-            return self.plan(replace(ask, query=replace(q, unavailable=q.unavailable | excluded)))
+            nxt = self.plan(replace(ask, query=replace(q, unavailable=q.unavailable | excluded)))
         except ApiError:
             return None
+        return replace(nxt, hold=fw.hold)
 
     def decide_for(self, key: ApiKey | None, model: str, q: Query, needs: Needs,
                    arriving: bool = True) -> tuple[Decision, float | None]:

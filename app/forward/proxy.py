@@ -60,8 +60,7 @@ class Proxy:
             return await self._collect_watched(ex, headers)
         except NoAnswer as exc:
             # Nothing reached the client yet: the next plan without this backend.
-            nxt = None if ex.fw.ask is None else self.planner.replan(
-                ex.fw.ask, frozenset({ex.fw.decision.backend}))
+            nxt = self.planner.replan(ex.fw, frozenset({ex.fw.decision.backend}))
             if nxt is None:
                 raise from_upstream(ex.fw.decision.backend, exc) from None
             log.warning("%s gave no answer (%s): failing over to %s", ex.fw.decision.backend,
@@ -104,7 +103,7 @@ class Proxy:
                 reachable = isinstance(exc, UpstreamError) and exc.kind != "unavailable"
                 if not reachable and fw.ask is not None:
                     excluded.add(fw.decision.backend)
-                    nxt = self.planner.replan(fw.ask, frozenset(excluded))
+                    nxt = self.planner.replan(fw, frozenset(excluded))
                     if nxt is not None:
                         log.info("%s cannot take the request (%s): failing over to %s",
                                  fw.decision.backend, type(exc).__name__, nxt.decision.backend)

@@ -31,7 +31,7 @@ NEW_KEY_BODY_BYTES = 64 * 1024
 
 async def energy(request: Request, device: str, wid: str) -> Response:
     gw = gateway_of(request)
-    key = authorize(gw, request, generates=False)
+    key = await authorize(gw, request, generates=False)
     name = f"{device}/{wid}"
     owner = gw.proxy.parts.owners.get(name)
     if key is not None and key.id != ADMIN_ID and owner != key.id:  # as if unknown
@@ -46,7 +46,7 @@ async def usage(request: Request, since: str = "7d") -> Response:
     """Finished requests since `since` (e.g. 24h, 7d): a key sees its own
     (an open gateway: all), with totals by day and by model."""
     gw = gateway_of(request)
-    key = authorize(gw, request, generates=False)
+    key = await authorize(gw, request, generates=False)
     start = _window_start(since)
     mine = key.id if key is not None and key.id != ADMIN_ID else None
     if gw.spend is None:
@@ -61,7 +61,7 @@ async def report(request: Request, since: str = "24h", reference: str | None = N
     """The energy report (app/tenancy/report.py) over `since`: every key's
     requests, so the admin key's (or an open gateway's)."""
     gw = gateway_of(request)
-    key = authorize(gw, request, generates=False)
+    key = await authorize(gw, request, generates=False)
     if key is not None and key.id != ADMIN_ID:
         raise admin_only()
     start = _window_start(since)
@@ -85,13 +85,13 @@ def _usage(spend: SpendLedger, key_id: str | None, since: float) -> dict[str, An
 
 
 async def list_keys(request: Request) -> Response:
-    store = admin_store(request)
+    store = await admin_store(request)
     keys = await anyio.to_thread.run_sync(store.all)  # the database, off the event loop
     return JSONResponse({"object": "list", "data": [k.public() for k in keys]})
 
 
 async def create_key(request: Request) -> Response:
-    store = admin_store(request)
+    store = await admin_store(request)
     spec = validate_new_key(await json_body(request, NEW_KEY_BODY_BYTES))
     try:
         key, secret = await anyio.to_thread.run_sync(
@@ -104,7 +104,7 @@ async def create_key(request: Request) -> Response:
 
 
 async def revoke_key(request: Request, name: str) -> Response:
-    store = admin_store(request)
+    store = await admin_store(request)
     if not await anyio.to_thread.run_sync(store.revoke, name):
         raise key_not_found(name)
     await _reload_keys(request)  # a revoked key stops working now, not in a refresh

@@ -13,8 +13,8 @@ from app.tenancy.keys import ADMIN_ID, ApiKey, KeyStore
 from app.tenancy.spend import period_end
 
 
-def authorize(gw: Gateway, request: Request, generates: bool = True,
-              rated: bool | None = None) -> ApiKey | None:
+async def authorize(gw: Gateway, request: Request, generates: bool = True,
+                    rated: bool | None = None) -> ApiKey | None:
     """The request's API key (None when the gateway runs open); 401 without a
     valid one. For a request that `generates`: 429 with Retry-After when the
     key's energy budget is spent; for one that is `rated` (by default, those
@@ -31,16 +31,16 @@ def authorize(gw: Gateway, request: Request, generates: bool = True,
                                     period_end(key.budget_period, time.time()))
     if not (generates if rated is None else rated):
         return key
-    refusal = gw.limits.admit(key)
+    refusal = await gw.admission.admit(key)
     if refusal is not None:
         raise rate_limited(refusal.limit, refusal.retry_after_s)
     return key
 
 
-def admin_store(request: Request) -> KeyStore:
+async def admin_store(request: Request) -> KeyStore:
     """The key store, for the admin key only (403 otherwise)."""
     gw = gateway_of(request)
-    key = authorize(gw, request, generates=False)
+    key = await authorize(gw, request, generates=False)
     if key is None or key.id != ADMIN_ID or gw.keys is None:
         raise admin_only()
     return gw.keys.store

@@ -37,7 +37,7 @@ async def _arrived(request: Request) -> tuple[float, Gateway, ApiKey | None, dic
     the request is counted against admission: a slow body holds nothing)."""
     received = time.perf_counter()
     gw = gateway_of(request)
-    key = authorize(gw, request)
+    key = await authorize(gw, request)
     gw.refuse_if_full()
     return received, gw, key, await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
 
@@ -59,7 +59,7 @@ async def chat(request: Request) -> Response:
             req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
             _wants_usage(req.stream_options), received, key, request.is_disconnected,
             req.thinking_ceiling))
-    return response(await gw.answered(fw, lambda: answer(gw.proxy, fw)))
+    return response(await gw.answered(fw, lambda f: answer(gw.proxy, f)))
 
 
 async def completions(request: Request) -> Response:
@@ -83,7 +83,7 @@ async def completions(request: Request) -> Response:
             req.model, q, Needs(tokens=req.token_limit), "/v1/completions", body_for,
             req.stream, _wants_usage(req.stream_options), received, key,
             request.is_disconnected))
-    return response(await gw.answered(fw, lambda: gw.proxy.forward(fw)))
+    return response(await gw.answered(fw, gw.proxy.forward))
 
 
 async def route(request: Request) -> Response:
@@ -91,7 +91,7 @@ async def route(request: Request) -> Response:
     Under the key's rules: its models, and its request rate (a dry run runs
     the router, so it counts as a request)."""
     gw = gateway_of(request)
-    key = authorize(gw, request, generates=False, rated=True)
+    key = await authorize(gw, request, generates=False, rated=True)
     raw = await json_body(request, gw.max_body_bytes, gw.body_timeout_s)
     _, req, q, needs = _chat_query(request, gw, raw)
     if key is not None and key.models is not None and req.model not in key.models:

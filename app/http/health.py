@@ -15,7 +15,7 @@ from telemetry.metrics import CONTENT_TYPE
 
 async def models(request: Request) -> Response:
     gw = gateway_of(request)
-    authorize(gw, request, generates=False)
+    await authorize(gw, request, generates=False)
     catalog, pool = gw.planner.catalog, gw.planner.pool
     now = int(time.time())
 

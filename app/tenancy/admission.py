@@ -1,0 +1,108 @@
+"""Whether a key may send a request now: its request and token rates, and a
+reservation of the request's expected joules against its energy budget.
+
+A reservation is made once the router has priced the request: admitted while
+the key's spent joules plus its in-flight reservations are under its budget,
+so a concurrent burst can overshoot the budget by at most one request's
+joules (the last one admitted), as far as the router's price is right. The
+reservation is settled with the request's final figure (or released when the
+request fails before it ran). With `SharedState` (Redis), windows and
+reservations are shared by every gateway; without it, or while Redis does not
+answer, each gateway enforces its own (app/tenancy/limits.py), which always
+counts too, so a gateway falling back knows its own recent requests.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.tenancy.keys import ApiKey
+from app.tenancy.limits import RateLimits, Refusal
+from app.tenancy.shared import SharedRefusal, SharedState
+from app.tenancy.spend import period_end, period_start
+
+
+@dataclass
+class Hold:
+    """A request's reservation of joules against its key's budget."""
+
+    key_id: str
+    id: str
+    joules: float
+    period: int  # the budget period's start (Unix seconds)
+    spent_ttl_s: int  # how long the period's shared counter must live
+    held: bool = True  # not settled or released yet
+
+
+@dataclass
+class Admission:
+    rates: RateLimits = field(default_factory=RateLimits)
+    shared: SharedState | None = None
+    clock: Callable[[], float] = time.time
+    # key id -> hold id -> joules reserved in this gateway (the local view)
+    _held: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    async def admit(self, key: ApiKey) -> Refusal | None:
+        """Count the request if the key is within its rates; else why not."""
+        local = self.rates.admit(key)
+        if self.shared is None or (key.rpm is None and key.tpm is None):
+            return local
+        out = await self.shared.admit(key.id, key.rpm, key.tpm)
+        if out is None:  # Redis did not answer: this gateway's windows decide
+            return local
+        if isinstance(out, SharedRefusal):
+            return Refusal(out.limit, out.retry_after_s)
+        return None
+
+    def tokens(self, key_id: str, tokens: int) -> None:
+        """A finished request's tokens, counted against the key's tpm."""
+        if tokens <= 0:
+            return
+        self.rates.spent(key_id, tokens)
+        if self.shared is not None:
+            self.shared.tokens(key_id, tokens)
+
+    async def reserve(self, key: ApiKey, joules: float, spent_j: float) -> Hold | None:
+        """A hold on `joules` of the key's budget; None when its spent and
+        held joules already reach the budget (the request is refused)."""
+        assert key.joule_budget is not None
+        now = self.clock()
+        hold = Hold(key.id, secrets.token_hex(8), max(0.0, joules),
+                    int(period_start(key.budget_period, now)),
+                    int(period_end(key.budget_period, now) - now) + 3600)
+        mine = self._held.setdefault(key.id, {})
+        ok = None
+        if self.shared is not None:
+            ok = await self.shared.reserve(key.id, hold.id, hold.joules, spent_j,
+                                           key.joule_budget, hold.period, hold.spent_ttl_s)
+        if ok is None:  # local: this gateway's own holds
+            ok = spent_j + sum(mine.values()) < key.joule_budget
+        if not ok:
+            return None
+        mine[hold.id] = hold.joules
+        return hold
+
+    def settle(self, hold: Hold | None, net_j: float | None) -> None:
+        """The request's joules are known (or it failed: 0): release the hold,
+        once, and count what it cost in the shared counter. Called again for
+        the same hold (a request that failed over), adds the joules only."""
+        if hold is None:
+            return
+        was_held = hold.held
+        if was_held:
+            hold.held = False
+            mine = self._held.get(hold.key_id)
+            if mine is not None:
+                mine.pop(hold.id, None)
+                if not mine:
+                    del self._held[hold.key_id]
+        if self.shared is not None and (was_held or (net_j or 0.0) > 0):
+            self.shared.settle(hold.key_id, hold.id, max(0.0, net_j or 0.0), hold.period,
+                               hold.spent_ttl_s)
+
+    def held_j(self, key_id: str) -> float:
+        """Joules this gateway holds for the key now."""
+        return sum(self._held.get(key_id, {}).values())

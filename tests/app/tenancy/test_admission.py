@@ -1,0 +1,153 @@
+"""Rates and joule holds, in one gateway and shared by several through a real
+Redis: one limit for all, holds that a burst cannot overshoot, and Redis
+going away and coming back without holding a request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from app.tenancy import shared as shared_mod
+from app.tenancy.admission import Admission
+from app.tenancy.keys import ApiKey
+from app.tenancy.shared import SharedState
+from tests.redis_server import RedisServer
+
+
+def key(**limits: object) -> ApiKey:
+    return ApiKey("k1", "team", "h", 0.0, **limits)  # type: ignore[arg-type]
+
+
+def test_local_holds_stop_a_burst_at_the_budget() -> None:
+    async def go() -> None:
+        adm, k = Admission(), key(joule_budget=10.0)
+        holds = [await adm.reserve(k, 3.0, spent_j=0.0) for _ in range(6)]
+        assert [h is not None for h in holds] == [True] * 4 + [False] * 2  # 0, 3, 6, 9 < 10
+        assert adm.held_j("k1") == 12.0
+        adm.settle(holds[0], 2.5)
+        adm.settle(holds[0], 1.0)  # a second figure for the same request: nothing to release
+        assert adm.held_j("k1") == 9.0
+        assert await adm.reserve(k, 3.0, spent_j=2.5) is None  # 2.5 + 9 >= 10
+        for h in holds[1:4]:
+            adm.settle(h, 0.0)
+        assert adm.held_j("k1") == 0.0 and await adm.reserve(k, 3.0, spent_j=2.5)
+    asyncio.run(go())
+
+
+def _gateways(url: str, n: int, ups: list[bool] | None = None) -> list[Admission]:
+    return [Admission(shared=SharedState(url, 0.05, (ups.append if ups is not None
+                                                      else lambda up: None)))
+            for _ in range(n)]
+
+
+async def _start(gws: list[Admission]) -> None:
+    for g in gws:
+        assert g.shared is not None
+        await g.shared.start()
+
+
+async def _close(gws: list[Admission]) -> None:
+    for g in gws:
+        assert g.shared is not None
+        await g.shared.close()
+
+
+def test_three_gateways_enforce_one_rpm_and_tpm(redis_url: str) -> None:
+    async def go() -> None:
+        gws = _gateways(redis_url, 3)
+        await _start(gws)
+        try:
+            k = key(rpm=30)
+            out = await asyncio.gather(*(gws[i % 3].admit(k) for i in range(100)))
+            refused = [r for r in out if r is not None]
+            assert len(refused) == 70
+            assert all(r.limit == "rpm" and 1 <= r.retry_after_s <= 60 for r in refused)
+            t = ApiKey("k2", "t", "h", 0.0, tpm=100)
+            assert await gws[0].admit(t) is None
+            gws[0].tokens("k2", 60)
+            gws[1].tokens("k2", 50)
+            await asyncio.sleep(0.1)  # the counts go in the background
+            refusal = await gws[2].admit(t)
+            assert refusal is not None and refusal.limit == "tpm"
+        finally:
+            await _close(gws)
+    asyncio.run(go())
+
+
+def test_holds_are_shared_and_settled_with_what_requests_cost(redis_url: str) -> None:
+    async def go() -> None:
+        gws = _gateways(redis_url, 3)
+        await _start(gws)
+        try:
+            k = key(joule_budget=100.0, budget_period="day")
+            holds = await asyncio.gather(*(gws[i % 3].reserve(k, 10.0, 0.0) for i in range(20)))
+            made = [h for h in holds if h is not None]
+            assert len(made) == 10  # 0..90 held < 100: ten; the burst stops at the budget
+            for i, h in enumerate(made[:5]):
+                gws[i % 3].settle(h, 12.0)  # each cost a little more than expected
+            await asyncio.sleep(0.1)
+            # spent 60 (shared counter, the ledgers know nothing yet) + 50 held
+            assert await gws[0].reserve(k, 1.0, spent_j=0.0) is None
+            for i, h in enumerate(made[5:]):
+                gws[i % 3].settle(h, 0.0)  # failed before they ran
+            await asyncio.sleep(0.1)
+            again = await gws[1].reserve(k, 10.0, spent_j=0.0)
+            assert again is not None  # 60 spent, nothing held
+        finally:
+            await _close(gws)
+    asyncio.run(go())
+
+
+def test_a_hold_whose_gateway_died_lapses(redis_url: str, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    monkeypatch.setattr(shared_mod, "HOLD_TTL_S", 1)
+
+    async def go() -> None:
+        gws = _gateways(redis_url, 2)
+        await _start(gws)
+        try:
+            k = key(joule_budget=10.0)
+            assert await gws[0].reserve(k, 20.0, 0.0) is not None  # never settled
+            assert await gws[1].reserve(k, 1.0, 0.0) is None
+            await asyncio.sleep(1.2)
+            assert await gws[1].reserve(k, 1.0, 0.0) is not None
+        finally:
+            await _close(gws)
+    asyncio.run(go())
+
+
+def test_redis_down_costs_milliseconds_and_limits_come_back(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path)
+    server.start()
+
+    async def go() -> None:
+        ups: list[bool] = []
+        gws = _gateways(server.url, 2, ups)
+        await _start(gws)
+        try:
+            k = key(rpm=4)
+            assert [await gws[i % 2].admit(k) is None for i in range(6)] == [True] * 4 + [False] * 2
+            server.stop()
+            waits = []
+            for i in range(20):  # each gateway's own window now: 4 each, new ones
+                t0 = time.perf_counter()
+                await gws[i % 2].admit(key(rpm=4, joule_budget=None))
+                waits.append(time.perf_counter() - t0)
+            assert max(waits) < 0.2 and sorted(waits)[10] < 0.005
+            assert ups[-1] is False and all(not g.shared.up for g in gws)  # type: ignore[union-attr]
+            server.start()
+            deadline = time.monotonic() + 5
+            while not all(g.shared.up for g in gws):  # type: ignore[union-attr]
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            assert ups[-1] is True
+            k2 = ApiKey("k3", "x", "h", 0.0, rpm=3)
+            out = [await gws[i % 2].admit(k2) is None for i in range(5)]
+            assert out == [True] * 3 + [False] * 2  # shared again: 3 in all, not 3 each
+        finally:
+            await _close(gws)
+            server.stop()
+    asyncio.run(go())
