@@ -66,8 +66,9 @@ class Settings(BaseSettings):
     # redis://host:6379/0: rate windows and joule holds shared by every gateway
     # (unset: each gateway process keeps its own)
     redis_url: str | None = None
-    # The longest a request waits for Redis before its gateway goes local.
-    redis_timeout_ms: float = Field(default=10.0, gt=0, le=1000)
+    # The longest a request waits for Redis; 3 in a row (or a refused
+    # connection) and the gateway goes local until Redis answers again.
+    redis_timeout_ms: float = Field(default=50.0, gt=0, le=1000)
     log_level: str = "info"
 
     def agent_secret(self, create: bool = False) -> str | None:

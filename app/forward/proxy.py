@@ -242,6 +242,8 @@ def response_headers(fw: Forward) -> dict[str, str]:
         headers["x-joulegate-joule-cap"] = "unmet"
     if fw.budget_used is not None:
         headers["x-joulegate-budget-used"] = f"{fw.budget_used:.3f}"
+    if fw.hold is not None:  # what the request held of its key's joule budget
+        headers["x-joulegate-energy-held"] = f"{fw.hold.joules:.4f}"
     return headers
 
 

@@ -6,10 +6,15 @@ Each operation is one Lua script, run atomically by Redis on its own clock
 on when a window ends. Keys are hash-tagged by API key id (`jg:{id}:...`): a
 key's state lives in one slot of a Redis Cluster.
 
-Redis may be slow or gone: every call is bounded by `timeout_s` (a few
-milliseconds); the first failure marks the state down (logged once, the
-`joulegate_shared_state_up` gauge at 0) and every call answers None at once
-until a background probe finds Redis again. The caller (app/tenancy/
+Redis may be slow or gone: no request waits for it longer than `timeout_s`
+(50 ms by default); a call past it answers None (that request is admitted
+locally) while Redis finishes it in the background. A refused connection, or
+a slow call followed by a PING unanswered for `CHECK_S`, marks the state down
+(logged once, the `joulegate_shared_state_up` gauge at 0), and every call
+answers None at once until a background probe finds Redis again. So a Redis
+that is gone costs a request nothing, one that hangs costs the requests of
+its first second `timeout_s` each, and a loaded gateway (slow to read a
+quick answer) is not mistaken for a dead Redis. The caller (app/tenancy/
 admission.py) then enforces its local windows. Foreign errors stop here:
 callers see None, never a redis-py exception.
 """
@@ -24,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 log = logging.getLogger("joulegate.shared")
@@ -32,6 +37,8 @@ log = logging.getLogger("joulegate.shared")
 WINDOW_S = 60
 HOLD_TTL_S = 900  # a reservation its gateway never settled (killed) lapses after this
 PROBE_EVERY_S = 0.5
+CHECK_S = 1.0  # a PING slower than this: Redis is down
+MAX_CONNECTIONS = 32  # per gateway process: a burst waits for one, no connect storm
 
 # KEYS: requests zset, tokens zset, tokens sum. ARGV: rpm, tpm (-1: none),
 # this request's member, window seconds. -> {limit or '', seconds to wait}
@@ -140,16 +147,16 @@ class SharedState:
     """One gateway's connection to the shared limits. Every method answers
     None when Redis could not answer in time (the caller goes local)."""
 
-    def __init__(self, url: str, timeout_s: float = 0.01,
-                 on_up: Callable[[bool], None] = lambda up: None,
-                 client: Redis | None = None) -> None:
-        self._redis = client or Redis.from_url(
-            url, socket_timeout=max(timeout_s, 0.05), socket_connect_timeout=max(timeout_s, 0.05),
-            health_check_interval=0)
+    def __init__(self, url: str, timeout_s: float = 0.05,
+                 on_up: Callable[[bool], None] = lambda up: None) -> None:
+        self._redis = Redis(connection_pool=BlockingConnectionPool.from_url(
+            url, max_connections=MAX_CONNECTIONS, timeout=None,
+            socket_timeout=CHECK_S, socket_connect_timeout=CHECK_S))
         self._url = _safe(url)
         self._timeout_s = timeout_s
         self._on_up = on_up
         self.up = False
+        self._check: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._me = secrets.token_hex(4)  # this gateway's prefix for window members
@@ -160,10 +167,19 @@ class SharedState:
         self._settle = self._redis.register_script(_SETTLE)
 
     async def start(self) -> None:
-        """Connect (or start probing for Redis in the background)."""
-        if await self._call(self._redis.ping) is not None:
-            self._set_up(True)
-            log.info("limits shared through Redis at %s", self._url)
+        """Connect, and load the scripts (or start probing for Redis in the
+        background)."""
+        try:
+            await asyncio.wait_for(self._load(), CHECK_S)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._down(exc)
+            return
+        self._set_up(True)
+        log.info("limits shared through Redis at %s", self._url)
+
+    async def _load(self) -> None:
+        for script in (self._admit, self._tokens, self._reserve, self._settle):
+            await self._redis.script_load(script.script)
 
     async def close(self) -> None:
         if self._probe is not None:
@@ -221,11 +237,27 @@ class SharedState:
     async def _call(self, op: Callable[[], Awaitable[Any]]) -> Any:
         if not self.up and self._probe is not None:
             return None
-        try:
-            return await asyncio.wait_for(op(), self._timeout_s)
-        except (RedisError, OSError, TimeoutError) as exc:
+        task = asyncio.ensure_future(op())
+        try:  # shielded: an answer that comes late still lands, its connection kept
+            return await asyncio.wait_for(asyncio.shield(task), self._timeout_s)
+        except TimeoutError:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                return task.result()  # it came in the turn the timer fired
+            task.add_done_callback(_retrieve)
+            if self._check is None or self._check.done():
+                self._check = asyncio.get_running_loop().create_task(self._checking())
+            return None
+        except (RedisError, OSError) as exc:
             self._down(exc)
             return None
+
+    async def _checking(self) -> None:
+        """A call was slow: is Redis there at all? (A loaded gateway is slow
+        too; only a Redis that does not answer a PING in a second is down.)"""
+        try:
+            await asyncio.wait_for(self._redis.ping(), CHECK_S)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._down(exc)
 
     def _background(self, op: Callable[[], Awaitable[Any]]) -> None:
         if not self.up:
@@ -247,7 +279,7 @@ class SharedState:
         while True:
             await asyncio.sleep(PROBE_EVERY_S)
             try:
-                await asyncio.wait_for(self._redis.ping(), max(1.0, self._timeout_s))
+                await asyncio.wait_for(self._redis.ping(), CHECK_S)
             except (RedisError, OSError, TimeoutError):
                 continue
             log.warning("shared limits: Redis at %s answers again; limits are shared",
@@ -258,6 +290,12 @@ class SharedState:
     def _set_up(self, up: bool) -> None:
         self.up = up
         self._on_up(up)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A late call's outcome, read so that asyncio does not log it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _text(v: Any) -> str:
