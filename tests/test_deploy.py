@@ -52,6 +52,7 @@ def test_compose_profiles_and_order() -> None:
     assert services["worker-small-vllm"]["image"].startswith("vllm/vllm-openai")
     assert "--metrics" in services["worker-large"]["command"]
     assert "profiles" not in services["prometheus"]  # every stack has its metrics
+    assert "profiles" not in services["redis"]  # and its shared limits
     assert services["grafana"]["profiles"] == ["grafana"]  # optional: no offline image
     assert "grafana" in (ROOT / ".env").read_text()  # but on by default
     for name, svc in services.items():  # the agent binds all of its container's addresses,
@@ -62,9 +63,11 @@ def test_compose_profiles_and_order() -> None:
             env = svc["environment"]
             assert env["JOULEGATE_AGENT_TOKEN_FILE"] == services["agent"]["environment"][
                 "JOULEGATE_AGENT_TOKEN_FILE"], name
+            assert env["JOULEGATE_REDIS_URL"] == "redis://redis:6379/0", name
 
 
-DOCKERFILES = ["Dockerfile", "workers/llama-server.Dockerfile", "deploy/ci/prometheus.Dockerfile"]
+DOCKERFILES = ["Dockerfile", "workers/llama-server.Dockerfile", "deploy/ci/prometheus.Dockerfile",
+               "deploy/ci/redis.Dockerfile"]
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)

@@ -86,8 +86,9 @@ def test_selectors_services_and_references_fit() -> None:
                 assert ref is None or (ref["optional"] is secrets_optional), (name, e)
             named = {p["name"] for p in c["ports"]}
             for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-                if probe in c:
-                    assert c[probe]["httpGet"]["port"] in named, (name, probe)
+                port = c.get(probe, {}).get("httpGet", c.get(probe, {}).get("tcpSocket", {}))
+                if port:
+                    assert port["port"] in named, (name, probe)
         port = pod["metadata"].get("annotations", {}).get("prometheus.io/port")
         if port is not None:
             assert int(port) in {p["containerPort"] for c in pod["spec"]["containers"]

@@ -2,7 +2,8 @@
 # Build every image the CPU compose stack runs, from this repository only, on
 # a machine that cannot pull images (CI): a Debian bookworm base with Python
 # made by debootstrap from the Debian mirror apt uses, then the gateway image,
-# the CPU llama.cpp worker image and (CI only) Prometheus from Debian's package.
+# the CPU llama.cpp worker image and (CI only) Prometheus and Redis from
+# Debian's packages.
 # Docker's layer cache makes a second run take seconds.
 #
 #   deploy/ci/build_images.sh        # needs root (debootstrap) and a running dockerd
@@ -37,3 +38,4 @@ build() {
 build -t joulegate:0.1.0 .
 build -f workers/llama-server.Dockerfile -t joulegate-llama-server:0.3.36-cpu .
 build -f deploy/ci/prometheus.Dockerfile -t joulegate-ci/prometheus:2.42-debian deploy/ci
+build -f deploy/ci/redis.Dockerfile -t joulegate-ci/redis:7.0-debian deploy/ci

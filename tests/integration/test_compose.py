@@ -144,6 +144,8 @@ def test_the_composed_gateway_answers_the_openai_client_with_metered_energy(
     # ... which takes window calls only with the token it shares with the gateway
     forged = httpx.post(stack.agent + "/v1/windows/batch", json={"calls": []})
     assert forged.status_code == 401, forged.text
+    # the gateway's limits live in the stack's Redis
+    assert "\njoulegate_shared_state_up 1.0" in httpx.get(stack.gateway + "/metrics").text
 
 
 def test_grafana_is_optional_and_the_key_reads_without_a_terminal(stack: Stack) -> None:
