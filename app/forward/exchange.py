@@ -318,7 +318,9 @@ class Exchange:
             fw.route, d.tier, d.backend, d.strategy, d.category, self.status, prompt,
             completion, fig.net_j if fig else None, fig.gross_j if fig else None,
             fig.source if fig else "unavailable", ended_s - fw.received_at,
-            self.window or uuid.uuid4().hex, fig.final if fig else None)
+            self.window or uuid.uuid4().hex, fig.final if fig else None, fw.asked or None,
+            None if d.baseline_joules is None or d.expected_joules is None
+            else d.baseline_joules - d.expected_joules)
 
     def _record(self, prompt: int, completion: int, ended_s: float,
                 row: UsageRow | None) -> None:

@@ -84,3 +84,4 @@ class Forward:
     budget_used: float | None = None  # the key's share of its joule budget, when steered
     reasoning: bool = False  # a reasoning model's answer: think tags never reach content
     hold: Hold | None = None  # the joules reserved against the key's budget
+    asked: str = ""  # the model name the client asked for

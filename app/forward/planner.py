@@ -68,7 +68,7 @@ class Planner:
                        ask.wants_usage, ask.query.prompt_tokens, ask.received_at,
                        model_name=backend.model, disconnected=ask.disconnected,
                        ask=ask if reroutable else None, key=ask.key, budget_used=steered,
-                       reasoning=backend.reasoning)
+                       reasoning=backend.reasoning, asked=ask.model)
 
     def replan(self, fw: Forward, excluded: frozenset[str]) -> Forward | None:
         """The next plan for `fw`'s request without the `excluded` backends (its

@@ -53,7 +53,13 @@ async def usage(request: Request, since: str = "7d") -> Response:
         found: dict[str, Any] = {"totals": {}, "by_day": {}, "by_model": {}, "data": []}
     else:  # off the event loop: a database round trip or two
         found = await anyio.to_thread.run_sync(_usage, gw.spend, mine, start)
-    return JSONResponse({"object": "list", "since": since, **found})
+    out: dict[str, Any] = {"object": "list", "since": since, **found}
+    if key is not None:  # who asked: the console's scope and the budget left
+        out["key"] = {"name": key.name, "admin": key.id == ADMIN_ID,
+                      "joule_budget": key.joule_budget, "budget_period": key.budget_period,
+                      "spent_j": None if gw.spend is None or key.joule_budget is None
+                      else gw.spend.spent_j(key)}
+    return JSONResponse(out)
 
 
 async def report(request: Request, since: str = "24h", reference: str | None = None

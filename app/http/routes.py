@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.http import admin, chat, health
+from app.http import admin, chat, console, health
 from app.http.openapi import ERROR_RESPONSES, OK_RESPONSE, TEXT_RESPONSE, request_body
 from app.http.requests import ChatRequest, CompletionRequest, NewKey
 
@@ -36,4 +36,7 @@ def build_routes() -> APIRouter:
     api.add_api_route("/readyz", health.readyz, methods=["GET"], responses={503: {
         "description": "Not ready: no backend can take requests (the same body)"}})
     api.add_api_route("/metrics", health.metrics, methods=["GET"], responses=TEXT_RESPONSE)
+    api.add_api_route("/console", console.console, methods=["GET"], include_in_schema=False)
+    api.add_api_route("/console/{name}", console.console, methods=["GET"],
+                      include_in_schema=False)
     return api

@@ -55,6 +55,8 @@ class UsageRow:
     latency_s: float
     request_id: str | None = None  # the energy id its response named
     energy_final: bool | None = None  # the counter settled the figure (None: no figure)
+    model: str | None = None  # the model name the client asked for
+    saved_j: float | None = None  # expected joules saved against always-large (routed)
 
 
 COLUMNS = [f.name for f in fields(UsageRow)]
@@ -233,8 +235,9 @@ class SpendLedger:
 
     def totals(self, key_id: str | None, since: float, key_name: str | None = None
                ) -> dict[str, Any]:
-        """Requests, tokens and net joules since `since`: in all, by UTC day and
-        by backend, summed by the database (however many rows there are)."""
+        """Requests, tokens, net joules and the joules routing expected to
+        save since `since`: in all, by UTC day and by backend, summed by the
+        database (however many rows there are)."""
         where = _where(key_id, since)
         if key_name is not None:
             where.append(U.key_name == key_name)
@@ -243,7 +246,8 @@ class SpendLedger:
         groups = self._db.execute(
             select(day, U.backend, func.count(), func.coalesce(func.sum(U.prompt_tokens), 0),
                    func.coalesce(func.sum(U.completion_tokens), 0),
-                   func.coalesce(func.sum(U.energy_net_j), 0.0))
+                   func.coalesce(func.sum(U.energy_net_j), 0.0),
+                   func.coalesce(func.sum(U.saved_j), 0.0))
             .where(*where).group_by(day, U.backend)).rows
         total: dict[str, Any] = {}
         by_day: dict[str, dict[str, Any]] = {}
@@ -332,8 +336,9 @@ def _where(key_id: str | None, since: float) -> list[ColumnElement[bool]]:
 
 
 def _add(into: dict[str, Any], requests: int, prompt: int, completion: int,
-         net_j: float) -> None:
+         net_j: float, saved_j: float) -> None:
     into["requests"] = into.get("requests", 0) + int(requests)
     into["prompt_tokens"] = into.get("prompt_tokens", 0) + int(prompt)
     into["completion_tokens"] = into.get("completion_tokens", 0) + int(completion)
     into["energy_net_j"] = into.get("energy_net_j", 0.0) + float(net_j)
+    into["saved_expected_j"] = into.get("saved_expected_j", 0.0) + float(saved_j)

@@ -38,7 +38,10 @@ def test_local_holds_stop_a_burst_at_the_budget() -> None:
 
 
 def _gateways(url: str, n: int, ups: list[bool] | None = None) -> list[Admission]:
-    return [Admission(shared=SharedState(url, 0.05, (ups.append if ups is not None
+    """`n` gateways' admissions on one Redis. They wait up to a second for it:
+    these tests are about what is shared (a slow answer admits locally, which
+    a loaded test machine must not turn into a flaky count)."""
+    return [Admission(shared=SharedState(url, 1.0, (ups.append if ups is not None
                                                       else lambda up: None)))
             for _ in range(n)]
 
