@@ -198,7 +198,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                                     settings.policy, settings.body_timeout_seconds, keys=keys,
                                     admission=admission, spend=spend,
                                     curves=catalog_curves(catalog))
-        flusher = asyncio.create_task(metrics.flushing())
+        flusher = asyncio.create_task(metrics.flushing(
+            own=(settings.cpu_watts_per_core, "estimate")))
         try:
             with _long_lived():
                 yield

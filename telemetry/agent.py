@@ -49,7 +49,7 @@ from typing import Any
 
 from telemetry.devices import MeteredDevice
 from telemetry.ledger import Ledger
-from telemetry.metrics import CONTENT_TYPE, Metrics
+from telemetry.metrics import CONTENT_TYPE, OWN_WATTS_PER_CORE, Metrics
 from telemetry.protocol import (
     BATCH_PATH,
     CALL_PATH,
@@ -184,7 +184,8 @@ class AgentServer:
                      headers: dict[str, str] | None = None) -> Reply:
         headers = headers or {}
         if method == "GET":
-            if path == "/metrics":
+            if path == "/metrics":  # with the agent's own CPU and joules so far
+                self.metrics.own_cost(OWN_WATTS_PER_CORE, "estimate")
                 return 200, self.metrics.render(), CONTENT_TYPE
             if path == "/healthz":
                 return _json(200, {"status": "ok", "devices": sorted(self.devices)})

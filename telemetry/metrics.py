@@ -19,6 +19,7 @@ import asyncio
 import bisect
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,10 @@ _ENERGY_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 500
 _SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 FLUSH_EVERY_S = 0.1
+# A busy core's watts where the host's are not configured (the agent; a
+# gateway reads JOULEGATE_CPU_WATTS_PER_CORE): a server package's TDP over
+# its cores, e.g. 205 W / 20 cores. Labelled `estimate`.
+OWN_WATTS_PER_CORE = 10.0
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,15 @@ class Metrics:
             "joulegate_backend_up", "1 when a backend has a healthy replica", ["backend"],
             registry=r, multiprocess_mode="max"))
         self._shared_up: Gauge | None = None
+        self._own_cpu = _Children(Counter(
+            "joulegate_own_cpu_seconds",
+            "CPU time of joulegate's own process (a gateway, or the agent)",
+            registry=r))
+        self._own_energy = _Children(Counter(
+            "joulegate_own_energy_joules",
+            "Joulegate's own energy: its CPU seconds x the host's watts per busy core",
+            ["source"], registry=r))
+        self._cpu_seen_s = time.process_time()
         self._stops = _Children(Counter(
             "joulegate_generation_stops", "Generations the gateway stopped, by reason",
             ["tier", "backend", "reason"], registry=r))
@@ -271,13 +285,27 @@ class Metrics:
         """Write the updates made since the last flush to the metrics' values."""
         self._batch.flush()
 
-    async def flushing(self, every_s: float = FLUSH_EVERY_S) -> None:
-        """Flush every `every_s` until cancelled (then once more)."""
+    def own_cost(self, watts_per_core: float, source: str) -> None:
+        """Book this process's CPU time since the last call, and its joules at
+        `watts_per_core` per busy core (`source`: where that figure comes from)."""
+        now = time.process_time()  # every thread of this process
+        spent, self._cpu_seen_s = max(0.0, now - self._cpu_seen_s), now
+        self._batch.inc(self._own_cpu, (), spent)
+        self._batch.inc(self._own_energy, (source,), spent * watts_per_core)
+
+    async def flushing(self, every_s: float = FLUSH_EVERY_S,
+                       own: tuple[float, str] | None = None) -> None:
+        """Flush every `every_s` until cancelled (then once more); with `own`
+        (watts per busy core, source), book this process's CPU and joules."""
         try:
             while True:
                 await asyncio.sleep(every_s)
+                if own is not None:
+                    self.own_cost(*own)
                 self.flush()
         finally:
+            if own is not None:
+                self.own_cost(*own)
             self.flush()
 
     def render(self) -> bytes:

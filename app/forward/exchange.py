@@ -99,6 +99,7 @@ class Exchange:
         self._last: dict[str, Any] | None = None
         self._rename: tuple[str, bytes, bytes] | None = None  # worker's model, as JSON, ours
         self._sent_at = 0.0
+        self.worker_done_at: float | None = None  # the worker's last byte read
         self._ended = False
 
     # -- taking ----------------------------------------------------------
@@ -174,12 +175,14 @@ class Exchange:
                 if guard.feed(out[2]):
                     break
             if guard.period is not None:
+                self.worker_done_at = time.perf_counter()
                 self.status = "loop_stopped"
                 d = self.fw.decision
                 self.parts.metrics.stop(d.tier, d.backend, "loop")
                 last = self.last_chunk()
                 yield sse.encode(last), last
                 return
+        self.worker_done_at = time.perf_counter()
         tail = splitter.rest().rstrip(b"\r\n")
         if tail.strip():
             out = self._take(tail + b"\n\n", relay)
@@ -266,6 +269,20 @@ class Exchange:
             self.status = "error"
         await shielded(self.end())
 
+    @property
+    def sent_at(self) -> float:
+        """When the worker was called (time.perf_counter())."""
+        return self._sent_at
+
+    def overhead_s(self, out_s: float) -> float:
+        """The gateway's own time in this request: from its arrival to the
+        worker call, and from the worker's last byte to `out_s` (a
+        time.perf_counter(): the response leaving)."""
+        prior = self.fw.prior.worker_s if self.fw.prior is not None else 0.0
+        before = max(0.0, self._sent_at - self.fw.received_at - prior)
+        done = self.worker_done_at
+        return before + (max(0.0, out_s - done) if done is not None else 0.0)
+
     def _own(self, window: str, key_id: str) -> None:
         owners = self.parts.owners
         if len(owners) >= MAX_OWNERS:
@@ -341,8 +358,8 @@ class Exchange:
         upstream_s = ended_s - self._sent_at
         p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
         p.metrics.tokens(d.tier, d.backend, prompt, completion)
-        total_s = ended_s - fw.received_at
-        p.metrics.observe_overhead(max(0.0, total_s - upstream_s))
+        if fw.stream and self.count:  # a whole answer's is observed as it leaves
+            p.metrics.observe_overhead(self.overhead_s(ended_s))
         usage = self.usage or {}
         if fw.key is not None and self.count:  # all prompt tokens, cached or not
             total = usage.get("total_tokens")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -46,6 +47,9 @@ class Proxy:
     async def forward(self, fw: Forward) -> Answer:
         ex = await self.begin(fw)
         headers = response_headers(ex.fw)
+        # A stream's headers leave before its answer: its overhead so far (to
+        # the worker call); a whole answer's replaces it as it leaves.
+        headers["x-joulegate-overhead-ms"] = _ms(ex.overhead_s(0.0))
         if ex.window is not None:
             # The final figure comes ~100 ms after the end: GET /v1/energy/<id>.
             headers["x-joulegate-energy-id"] = ex.window
@@ -206,7 +210,12 @@ class Proxy:
         if figure is not None:
             headers["x-joulegate-energy-joules"] = f"{figure.net_j:.3f}"
             headers["x-joulegate-energy-source"] = figure.source
-        return Whole(200, jsonio.dumps(body), headers)
+        payload = jsonio.dumps(body)
+        overhead_s = ex.overhead_s(time.perf_counter())
+        headers["x-joulegate-overhead-ms"] = _ms(overhead_s)
+        if ex.count:
+            self.parts.metrics.observe_overhead(overhead_s)
+        return Whole(200, payload, headers)
 
     async def energy(self, window: str) -> EnergyFigure | None:
         return await self.parts.meter.result(window)
@@ -224,6 +233,10 @@ async def _after(first: bytes, rest: AsyncGenerator[bytes, None]
             yield event
     finally:
         await rest.aclose()
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
 
 
 def response_headers(fw: Forward) -> dict[str, str]:

@@ -9,6 +9,7 @@ energy are added to the answer's.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +24,7 @@ from router.thinking import CLOSING_TOKENS
 
 
 async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Answer:
-    thinking, prior_tokens, figure = "", (0, 0), None
+    thinking, prior_tokens, figure, worker_s = "", (0, 0), None, 0.0
     # What the body allows after thinking (app/forward/rewrite.py put the
     # budget and its closing line on top of the answer's allowance).
     total = fw.body.get("max_tokens")
@@ -42,6 +43,7 @@ async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Answer:
                     ex.failed("upstream_invalid")
                     raise upstream_failed(fw.decision.backend, "response is not a JSON object")
                 prior_tokens = ex.answered_whole(answer, fw.prompt_tokens_estimate)
+                worker_s = time.perf_counter() - ex.sent_at
         except UpstreamError as exc:
             raise from_upstream(fw.decision.backend, exc) from None
         figure = ex.figure
@@ -50,7 +52,7 @@ async def forward_spliced(proxy: Proxy, fw: Forward, budget: int) -> Answer:
             thinking += proxy.planner.catalog.routing.budget_message
     answer_tokens = max(1, total - budget - CLOSING_TOKENS) if isinstance(total, int) else None
     body = continuation_body(fw.body, close_span(thinking), answer_tokens)
-    prior = Prior(*prior_tokens, figure, thinking)
+    prior = Prior(*prior_tokens, figure, thinking, worker_s)
     return await proxy.forward(replace(fw, body=body, prior=prior))
 
 

@@ -20,6 +20,7 @@ class Prior:
     completion_tokens: int
     figure: EnergyFigure | None
     thinking: str
+    worker_s: float = 0.0  # from its worker call to its answer read: not the gateway's time
 
 
 def chunk_text(chunk: dict[str, Any]) -> str:

@@ -99,6 +99,7 @@ def run(models_file: Path, catalog: Catalog, settings: Settings) -> int:
                 print(f"worker {b.name}: http://127.0.0.1:{port} ({model})", flush=True)
             print(f"gateway: {base}/v1  (Ctrl-C stops everything; a process that exits "
                   f"is restarted; logs in {logs})", flush=True)
+            print(f"console: {base}/console", flush=True)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

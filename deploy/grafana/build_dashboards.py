@@ -77,7 +77,10 @@ def energy() -> dict[str, Any]:
         ], "kwatth", "stat"),
         panel("Energy saved against always-large (expected, from the curves)", [
             ('sum by (baseline) (joulegate_energy_saved_joules_total) / 3.6e6', "{{baseline}}"),
-        ], "kwatth", "stat"),
+            ('(sum(joulegate_energy_saved_joules_total) - sum(joulegate_own_energy_joules_total)) / 3.6e6',
+             "net of joulegate's own (estimate)"),
+        ], "kwatth", "stat", description="Net: less what joulegate's processes (gateways, agents) "
+                                        "spent themselves, their CPU seconds x watts per core"),
         panel("Idle share of measured energy", [
             (f'sum(joulegate_idle_energy_joules_total{{{D}}}) / sum(joulegate_device_energy_joules_total{{{D}}})', "idle share"),
         ], "percentunit", "stat"),

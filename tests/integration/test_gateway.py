@@ -366,3 +366,42 @@ def test_non_streamed_client_that_leaves_stops_the_worker(workers: Workers) -> N
         # llama-server alone would generate all 2,000 tokens (many seconds) for a
         # non-streamed request whose client has gone; the gateway stops it.
         assert_worker_stops(workers.large, gw)
+
+
+def test_the_gateway_says_its_own_time_and_energy(workers: Workers) -> None:
+    """x-joulegate-overhead-ms: the gateway's own time (arrival to worker call,
+    worker's last byte to response out), the same figure the overhead
+    histogram observes; its own CPU and joules in /metrics."""
+    import re
+
+    from telemetry.metrics import FLUSH_EVERY_S
+
+    with run_gateway(catalog_for([workers.small], [workers.large]),
+                     cpu_watts_per_core=7.5) as gw:
+        t0 = time.perf_counter()
+        r = httpx.post(gw.v1 + "/chat/completions", timeout=60, json={
+            "model": "small", "messages": [{"role": "user", "content": "Say hi."}],
+            "max_tokens": 4})
+        took_ms = 1000 * (time.perf_counter() - t0)
+        assert r.status_code == 200
+        overhead_ms = float(r.headers["x-joulegate-overhead-ms"])
+        assert 0 < overhead_ms < took_ms
+        time.sleep(3 * FLUSH_EVERY_S)
+        text = httpx.get(gw.url + "/metrics").text
+
+        def value(pattern: str) -> float:
+            m = re.search(pattern, text, re.M)
+            assert m is not None, pattern
+            return float(m.group(1))
+
+        assert value(r"^joulegate_overhead_seconds_count ([\d.e+-]+)$") == 1
+        assert value(r"^joulegate_overhead_seconds_sum ([\d.e+-]+)$") == pytest.approx(
+            overhead_ms / 1000, abs=1e-6)
+        cpu_s = value(r"^joulegate_own_cpu_seconds_total ([\d.e+-]+)$")
+        joules = value(r'^joulegate_own_energy_joules_total\{source="estimate"\} ([\d.e+-]+)$')
+        assert cpu_s > 0 and joules == pytest.approx(7.5 * cpu_s, rel=0.05)
+        with httpx.stream("POST", gw.v1 + "/chat/completions", timeout=60, json={
+                "model": "small", "stream": True, "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Say hi."}]}) as s:
+            assert float(s.headers["x-joulegate-overhead-ms"]) > 0  # to the worker call
+            s.read()

@@ -184,6 +184,8 @@ async function poll() {
     const [usage, metricsText] = await Promise.all([get("/v1/usage?since=1h"), get("/metrics", true)]);
     renderPower(metricsText);
     renderUsage(usage);
+    const own = metric(metricsText, "joulegate_own_energy_joules_total").reduce((a, [, v]) => a + v, 0);
+    set("t-own", own, fmtJ(own));
     $("keyform").hidden = true;
     $("forget").hidden = !key();
     $("status").textContent = "live, every " + POLL_MS / 1000 + " s";
