@@ -46,7 +46,7 @@ from app.upstream.http1 import Http1Transport
 from app.upstream.pool import HealthChecker, ReplicaPool
 from router.placeholder import PlaceholderRouter
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
-from telemetry.metrics import Metrics
+from telemetry.metrics import DeviceView, Metrics
 from telemetry.rates import TokenRates
 from telemetry.sampler import Sampler
 
@@ -95,9 +95,10 @@ def _transport(settings: Settings) -> Transport:
 
 
 def _meter(catalog: Catalog, settings: Settings, seams: Seams, upstream: Upstream,
-           metrics: Metrics) -> tuple[Meter, list[Sampler]]:
+           metrics: Metrics) -> tuple[Meter, list[Sampler], Callable[[], list[DeviceView]]]:
     """A remote agent's meter where devices name one; else ledgers in this
-    process, fed by samplers started here."""
+    process, fed by samplers started here. And the devices' totals, where
+    this process meters them (an agent's are on its /metrics)."""
     agents = {d.name: str(d.agent or settings.agent_url) for d in catalog.devices
               if d.agent or settings.agent_url}
     if agents:
@@ -107,7 +108,7 @@ def _meter(catalog: Catalog, settings: Settings, seams: Seams, upstream: Upstrea
                             "requests get no energy figure", d.name)
         for device, url in sorted(agents.items()):
             log.info("energy of %s: metered by the agent at %s", device, url)
-        return RemoteMeter(upstream, agents, token=settings.agent_secret()), []
+        return RemoteMeter(upstream, agents, token=settings.agent_secret()), [], list
     weights = {d.name: d.prefill_weight for d in catalog.devices}
     factory = seams.device_factory or (lambda s: metered_device(s, weights[s.name]))
     devices = [factory(device_spec(d)) for d in catalog.devices]
@@ -115,8 +116,12 @@ def _meter(catalog: Catalog, settings: Settings, seams: Seams, upstream: Upstrea
     for md in devices:
         log.info("energy of %s: %s (%s)", md.spec.name, md.reader.source, md.reader.name)
     samplers = start_samplers(devices, settings.sample_hz)
-    metrics.watch_devices(lambda: [d.view() for d in devices])
-    return LocalMeter({d.spec.name: d.ledger for d in devices}), samplers
+
+    def views() -> list[DeviceView]:
+        return [d.view() for d in devices]
+
+    metrics.watch_devices(views)
+    return LocalMeter({d.spec.name: d.ledger for d in devices}), samplers, views
 
 
 def _keys(settings: Settings) -> KeyRing:
@@ -168,7 +173,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
             f"{b.name} ({b.kind}, tier {b.tier}, model {b.model}, {len(b.replicas)} "
             f"replica{'s' if len(b.replicas) != 1 else ''})" for b in catalog.backends))
         pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
-        meter, samplers = _meter(catalog, settings, seams, upstream, metrics)
+        meter, samplers, device_views = _meter(catalog, settings, seams, upstream, metrics)
         lengths_file = catalog.routing.lengths_file
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
         router = seams.router or make_router(catalog, book)
@@ -197,7 +202,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.gateway = Gateway(planner, proxy, metrics, settings.max_body_bytes,
                                     settings.policy, settings.body_timeout_seconds, keys=keys,
                                     admission=admission, spend=spend,
-                                    curves=catalog_curves(catalog))
+                                    curves=catalog_curves(catalog), devices=device_views)
         flusher = asyncio.create_task(metrics.flushing(
             own=(settings.cpu_watts_per_core, "estimate")))
         try:

@@ -22,7 +22,7 @@ from app.http.body import json_body
 from app.http.gateway import gateway_of
 from app.http.requests import validate_new_key
 from app.tenancy.keys import ADMIN_ID
-from app.tenancy.report import build_report
+from app.tenancy.report import build_report, device_tails
 from app.tenancy.spend import SpendLedger, parse_since
 
 USAGE_ROWS = 1000  # GET /v1/usage lists the newest this many requests
@@ -74,7 +74,8 @@ async def report(request: Request, since: str = "24h", reference: str | None = N
     groups = [] if gw.spend is None else await anyio.to_thread.run_sync(
         gw.spend.report_groups, start)
     return JSONResponse({"object": "report", "since": since,
-                         **build_report(groups, gw.curves, reference)})
+                         **build_report(groups, gw.curves, reference),
+                         "devices": device_tails(gw.devices())})
 
 
 def _window_start(since: str) -> float:

@@ -21,7 +21,7 @@ from app.tenancy.share import FairShare
 from app.tenancy.spend import SpendLedger, period_end
 from router.curves import Curve
 from router.decision import Policy
-from telemetry.metrics import Metrics
+from telemetry.metrics import DeviceView, Metrics
 
 
 @dataclass
@@ -40,6 +40,8 @@ class Gateway:
     spend: SpendLedger | None = None  # the usage ledger (budgets, GET /v1/usage)
     share: FairShare = field(default_factory=FairShare)  # keys' shares of capacity
     curves: Mapping[str, Curve] = field(default_factory=dict)  # backend -> its curve
+    # the devices this process meters (none where an agent does): their totals
+    devices: Callable[[], list[DeviceView]] = list
 
     def refuse_if_full(self) -> None:
         """The cheapest refusal, before a request is read: when the backends'

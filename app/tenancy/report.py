@@ -193,3 +193,24 @@ def table(report: Mapping[str, Any]) -> str:
                  f"{sources}; /linear and /curve: measured over the tokens x constant and "
                  "the curve-alone predictions")
     return "\n".join(lines)
+
+
+def device_tails(views: Iterable[Any]) -> dict[str, Any]:
+    """Each device's energy since its gateway started, split as the ledger
+    books it: idle, attributed to requests, and the tail (above idle while
+    no request ran: what a device keeps drawing after the last request of a
+    burst). `views`: telemetry.metrics.DeviceView; none where an agent meters
+    the devices (the agent's /metrics has the same split)."""
+    out = {}
+    for v in views:
+        t = v.totals()
+        active = t.measured_j - t.idle_j
+        out[v.device] = {
+            "host": v.host, "source": v.source, "measured_j": round(t.measured_j, 3),
+            "idle_j": round(t.idle_j, 3), "attributed_j": round(t.attributed_j, 3),
+            "tail_j": round(t.unattributed_j, 3),
+            "tail_share_of_active": round(t.unattributed_j / active, 4) if active > 0 else None,
+            "power_w": t.power_w, "idle_power_w": t.idle_power_w}
+    return {"since": "gateway start", "data": out,
+            "note": None if out else "metered by an agent: its /metrics has each device's "
+                                     "idle, attributed and tail energy"}

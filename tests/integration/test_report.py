@@ -61,6 +61,11 @@ def test_the_report_on_a_live_gateway(workers: Workers, tmp_path: Path, database
             assert p["curve_alone_j"] > 0  # the CPU test workers' curves
         assert set(report["by_backend"]) <= {"small-llamacpp", "large-llamacpp"}
         assert report["mean_divergence_by_backend"]
+        # each device's split since start: idle + attributed + tail = measured
+        (dev,) = report["devices"]["data"].values()
+        assert dev["source"] == "nvml" and dev["measured_j"] > 0
+        assert dev["idle_j"] + dev["attributed_j"] + dev["tail_j"] == pytest.approx(
+            dev["measured_j"], abs=0.01)
         bad = httpx.get(gw.v1 + "/report", headers=h, params={"since": "soon"})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "since"
         new = httpx.post(gw.v1 + "/admin/keys", headers=h, json={"name": "team"}).json()
