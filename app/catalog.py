@@ -52,6 +52,11 @@ class Device(_Strict):
     # The `joulegate agent` that meters this device (the one on its machine);
     # unset: JOULEGATE_AGENT_URL, or this process meters it.
     agent: HttpUrl | None = None
+    # Whether the deployment powers this device down when it runs nothing:
+    # then waking it costs its idle power for `wake_s` on top of a request's
+    # curve (app/upstream/placement.py); by default its idle power is paid anyway.
+    power_down: bool = False
+    wake_s: float = Field(default=60.0, ge=0)
 
 
 class Replica(_Strict):
@@ -90,6 +95,11 @@ class Backend(_Strict):
     vision: bool = False  # accepts image_url content parts
     # Requests waiting for a replica slot; beyond it: 429 with Retry-After.
     max_queue: int = Field(default=256, ge=0)
+    # Which replica takes a request: the fewest marginal joules by the curve
+    # (packing batches, up to `max_batch` requests per replica: the latency
+    # bound), or the least outstanding. Default: by joules where there is a curve.
+    placement: Literal["marginal_joules", "least_outstanding"] = "marginal_joules"
+    max_batch: int | None = Field(default=None, gt=0)  # unset: the replica's max_concurrency
 
     @property
     def context_limit(self) -> int:

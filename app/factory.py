@@ -172,7 +172,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         log.info("backends: %s", "; ".join(
             f"{b.name} ({b.kind}, tier {b.tier}, model {b.model}, {len(b.replicas)} "
             f"replica{'s' if len(b.replicas) != 1 else ''})" for b in catalog.backends))
-        pool = ReplicaPool(catalog, settings.queue_timeout_seconds)
+        curves = catalog_curves(catalog)
+        pool = ReplicaPool(catalog, settings.queue_timeout_seconds, curves=curves)
         meter, samplers, device_views = _meter(catalog, settings, seams, upstream, metrics)
         lengths_file = catalog.routing.lengths_file
         book = LengthBook(catalog.path(lengths_file) if lengths_file else None)
@@ -202,7 +203,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         app.state.gateway = Gateway(planner, proxy, metrics, settings.max_body_bytes,
                                     settings.policy, settings.body_timeout_seconds, keys=keys,
                                     admission=admission, spend=spend,
-                                    curves=catalog_curves(catalog), devices=device_views)
+                                    curves=curves, devices=device_views)
         flusher = asyncio.create_task(metrics.flushing(
             own=(settings.cpu_watts_per_core, "estimate")))
         try:

@@ -100,6 +100,7 @@ class Exchange:
         self._rename: tuple[str, bytes, bytes] | None = None  # worker's model, as JSON, ours
         self._sent_at = 0.0
         self.worker_done_at: float | None = None  # the worker's last byte read
+        self.placement = ""  # why the pool chose its replica
         self._ended = False
 
     # -- taking ----------------------------------------------------------
@@ -113,6 +114,7 @@ class Exchange:
         while True:
             try:
                 state = await pool.acquire(fw.decision.backend, tried)
+                self.placement = state.placement
             except NoReplica:
                 if last is not None:  # every replica tried could not be reached
                     raise last from None

@@ -50,6 +50,8 @@ class Proxy:
         # A stream's headers leave before its answer: its overhead so far (to
         # the worker call); a whole answer's replaces it as it leaves.
         headers["x-joulegate-overhead-ms"] = _ms(ex.overhead_s(0.0))
+        if ex.placement:
+            headers["x-joulegate-placement"] = ex.placement
         if ex.window is not None:
             # The final figure comes ~100 ms after the end: GET /v1/energy/<id>.
             headers["x-joulegate-energy-id"] = ex.window

@@ -1,9 +1,11 @@
 """Replicas: their health (a circuit breaker each), their load, and admission.
 
-A request takes a slot on one replica of a backend: the least loaded replica
-whose breaker lets requests through and which has fewer than its
-`max_concurrency` requests in flight. When every such replica is full the
-request waits in the backend's bounded FIFO queue; a full queue, or a wait
+A request takes a slot on one replica of a backend whose breaker lets
+requests through and which has fewer than its `max_concurrency` requests in
+flight: the one where it adds the fewest joules within the backend's
+`max_batch` (app/upstream/placement.py), or the least loaded one. When
+every such replica is full the request waits in the backend's bounded FIFO
+queue; a full queue, or a wait
 longer than the queue timeout, is refused at once (`Overloaded`: 429 with
 Retry-After). No replica that may take requests at all is `NoReplica` (503).
 """
@@ -15,13 +17,18 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 
 from app.catalog import Backend, Catalog, Replica
 from app.upstream.breaker import Breaker
 from app.upstream.client import Upstream, UpstreamError, UpstreamFault
+from app.upstream.placement import Candidate, least_outstanding, place
+from router.curves import Curve
+
+DEFAULT_MAX_BATCH = 8  # requests per replica before packing wakes another (the H200
+# curves were measured up to concurrency 8; llama-server's -np 8 in deploy/)
 
 log = logging.getLogger("joulegate.pool")
 
@@ -55,6 +62,7 @@ class ReplicaState:
     breaker: Breaker = field(default_factory=Breaker)
     outstanding: int = 0
     order: int = 0
+    placement: str = ""  # why the last request taken here was placed here
     # The waits (for a first byte) that end when the breaker opens.
     watches: set[asyncio.Timeout] = field(default_factory=set)
 
@@ -95,7 +103,8 @@ class EjectionWatch:
 
 class ReplicaPool:
     def __init__(self, catalog: Catalog, queue_timeout_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 curves: Mapping[str, Curve] | None = None) -> None:
         self._states: dict[str, list[ReplicaState]] = {
             b.name: [ReplicaState(b, r, order=i) for i, r in enumerate(b.replicas)]
             for b in catalog.backends
@@ -109,13 +118,36 @@ class ReplicaPool:
         self._held = 0  # slots held over all replicas
         self._limit = sum(s.capacity for s in self._all) + sum(
             b.max_queue for b in catalog.backends)
+        curves = curves or {}
+        self._curves = {b.name: curves.get(b.name) for b in catalog.backends
+                        if b.placement == "marginal_joules"}
+        devices = {d.name: d for d in catalog.devices}
+        self._wake_j = {name: (d.idle_power_w or 0.0) * d.wake_s if d.power_down else 0.0
+                        for name, d in devices.items()}
 
     # -- admission --------------------------------------------------------
     def _pick(self, backend: str, exclude: Collection[int]) -> ReplicaState | None:
         now = self._clock()
-        free = [s for s in self._states[backend] if s.order not in exclude
+        states = self._states[backend]
+        free = [s for s in states if s.order not in exclude
                 and s.outstanding < s.capacity and s.breaker.available(now)]
-        return min(free, key=lambda s: (s.outstanding, s.order), default=None)
+        if not free:
+            return None
+        if len(free) == 1 and len(states) == 1:
+            return free[0]  # one replica: nothing to choose
+        candidates = [Candidate(s.order, s.outstanding, self._on_device(s.replica.device),
+                                self._wake_j.get(s.replica.device, 0.0)) for s in free]
+        b = states[0].backend
+        if b.name in self._curves:
+            chosen = place(candidates, self._curves[b.name], b.max_batch or DEFAULT_MAX_BATCH)
+        else:
+            chosen = least_outstanding(candidates)
+        s = states[chosen.order]
+        s.placement = chosen.reason
+        return s
+
+    def _on_device(self, device: str) -> int:
+        return sum(s.outstanding for s in self._all if s.replica.device == device)
 
     def _take(self, s: ReplicaState) -> ReplicaState:
         s.outstanding += 1

@@ -1,0 +1,85 @@
+"""Placement by marginal joules: a burst packs onto a running batch up to
+max_batch, an idle replica costs its weight reads, a device that powers
+down costs its wake, least outstanding stays a policy."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from app.catalog import Catalog, parse_catalog
+from app.routing import catalog_curves
+from app.upstream.placement import Candidate, marginal_j, place
+from app.upstream.pool import ReplicaPool
+from router.curves import Curve
+
+ROOT = Path(__file__).resolve().parents[3]
+# a + s/n with a = 1 J of own work and s = 4 J of shared weight reads (per kilotoken
+# of completion here: the features are in kilotokens)
+CURVE = Curve("b", "gpu", "llamacpp", "m", "nvml", "today", (0, 0, 1, 0, 4, 0, 0))
+
+
+def test_one_more_request_costs_its_own_work_in_a_batch_and_the_weights_alone() -> None:
+    idle, busy = Candidate(0, 0, 0), Candidate(1, 3, 3)
+    assert marginal_j(CURVE, idle) == CURVE.joules(512, 256, 1)  # a + s
+    assert marginal_j(CURVE, busy) < marginal_j(CURVE, idle)
+    assert abs(marginal_j(CURVE, busy) - 0.256) < 1e-9  # a only: 1 J/ktok x 0.256
+    wake = Candidate(0, 0, 0, wake_j=50.0)
+    assert marginal_j(CURVE, wake) == marginal_j(CURVE, idle) + 50.0
+    assert marginal_j(CURVE, Candidate(0, 0, 2, wake_j=50.0)) == marginal_j(CURVE, idle)
+
+
+def test_a_burst_packs_up_to_max_batch_then_wakes_the_next() -> None:
+    running = [0, 0]
+    chosen = []
+    for _ in range(6):
+        p = place([Candidate(i, n, sum(running)) for i, n in enumerate(running)], CURVE, 4)
+        running[p.order] += 1
+        chosen.append(p.order)
+    assert chosen == [0, 0, 0, 0, 1, 1]
+    p = place([Candidate(0, 4, 6), Candidate(1, 2, 6)], CURVE, 4)
+    assert p.order == 1 and "joins a batch of 2" in p.reason
+    # every replica at its bound: least outstanding, said so
+    p = place([Candidate(0, 5, 9), Candidate(1, 4, 9)], CURVE, 4)
+    assert p.order == 1 and p.marginal_j is None and "max_batch 4" in p.reason
+    # ties between two running batches: the busier one (the other drains)
+    assert place([Candidate(0, 1, 3), Candidate(1, 2, 3)], CURVE, 4).order == 1
+    # no curve: least outstanding
+    assert place([Candidate(0, 1, 1), Candidate(1, 0, 1)], None, 4).order == 1
+
+
+def catalog(placement: str = "marginal_joules", power_down: bool = False) -> Catalog:
+    return parse_catalog({
+        "base_dir": str(ROOT), "tiers": ["small"],
+        "devices": [{"name": "gpu0", "idle_power_w": 70, "power_down": power_down},
+                    {"name": "gpu1", "idle_power_w": 70, "power_down": power_down}],
+        "backends": [{
+            "name": "small-llamacpp", "kind": "llamacpp", "tier": "small", "model": "m",
+            "curves": "curves/cpu/small-llamacpp.json", "placement": placement,
+            "max_batch": 3,
+            "replicas": [{"url": f"http://127.0.0.1:{9000 + i}", "device": f"gpu{i}",
+                          "max_concurrency": 8} for i in range(2)]}],
+    })
+
+
+def test_the_pool_packs_by_joules_or_spreads_by_policy() -> None:
+    async def burst(c: Catalog, n: int) -> list[int]:
+        pool = ReplicaPool(c, curves=catalog_curves(c))
+        return [(await pool.acquire("small-llamacpp")).order for _ in range(n)]
+
+    assert asyncio.run(burst(catalog(), 5)) == [0, 0, 0, 1, 1]
+    assert asyncio.run(burst(catalog("least_outstanding"), 5)) == [0, 1, 0, 1, 0]
+
+
+def test_released_slots_and_placement_reasons() -> None:
+    async def run() -> None:
+        c = catalog()
+        pool = ReplicaPool(c, curves=catalog_curves(c))
+        a = await pool.acquire("small-llamacpp")
+        assert a.placement.startswith("replica 0: an idle replica")
+        b = await pool.acquire("small-llamacpp")
+        assert b.order == 0 and "joins a batch of 1" in b.placement
+        pool.release(a)
+        pool.release(b)
+        assert (await pool.acquire("small-llamacpp")).order == 0
+    asyncio.run(run())
