@@ -1,0 +1,201 @@
+"""Packed vs spread placement (issue 32, item 3): two replicas of one model on
+one device, a burst at concurrency 8 and 16, through the gateway with the
+backend's placement `marginal_joules` (packing up to max_batch = the burst's
+concurrency) or `least_outstanding` (spreading), in turns (ABAB). Energy is
+the device counter's delta over each run (gross: idle included), with its
+source; speed is each request's seconds per answer token (its latency over
+its tokens, queueing included), p50 and p99, and the run's wall time.
+
+    # the H200 (bench/run_h200_placement.sh carries what it needs)
+    python -m bench.placement --llama-server /tmp/jg/bin/llama-server \\
+        --model /tmp/jg/models/llama-8b.gguf --curve curves/h200/llama-8b.json \\
+        --source nvml --out bench/results
+    # this machine (the CPU test shapes; the `estimate` or `rapl` source)
+    python -m bench.placement --out bench/results
+
+Results: placement-<source>.json and .png under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.catalog import Catalog, parse_catalog
+from app.factory import Seams
+from app.tools.embedded import free_port, run_gateway
+from bench.gpu_common import engine_build, project_commit, start_llama, write_json
+from telemetry.devices import DeviceSpec, make_reader
+
+ROOT = Path(__file__).resolve().parent.parent
+POLICIES = ("marginal_joules", "least_outstanding")
+LABEL = {"marginal_joules": "packed", "least_outstanding": "spread"}
+
+
+def catalog(ports: list[int], curve: Path, source: str, max_batch: int) -> Catalog:
+    return parse_catalog({
+        "base_dir": str(ROOT), "tiers": ["large"],
+        "devices": [{"name": "dev0", "source": source, "index": 0}],
+        "backends": [{
+            "name": "model", "kind": "llamacpp", "tier": "large", "model": "model",
+            "curves": str(curve), "max_batch": max_batch,
+            "replicas": [{"url": f"http://127.0.0.1:{p}", "device": "dev0",
+                          "max_concurrency": 16} for p in ports]}],
+        "routing": {"lengths_file": None},
+    })
+
+
+def with_policy(c: Catalog, policy: str) -> Catalog:
+    return c.model_copy(update={"backends": [
+        b.model_copy(update={"placement": policy}) for b in c.backends]})
+
+
+async def burst(v1: str, n: int, concurrency: int, tokens: int, reader: Any
+                ) -> dict[str, Any]:
+    sem = asyncio.Semaphore(concurrency)
+    per_token: list[float] = []
+    replicas: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        async with sem:
+            t0 = time.perf_counter()
+            try:
+                r = await client.post(v1 + "/chat/completions", timeout=600, json={
+                    "model": "large", "max_tokens": tokens, "ignore_eos": True,
+                    "messages": [{"role": "user", "content": f"Request {i}: write on."}]})
+            except httpx.HTTPError as exc:
+                failed[type(exc).__name__] += 1
+                return
+            if r.status_code != 200:
+                failed[str(r.status_code)] += 1
+                return
+            done = r.json()["usage"]["completion_tokens"]
+            per_token.append((time.perf_counter() - t0) / max(1, done))
+            replicas[r.headers.get("x-joulegate-placement", "one").split(":")[0]] += 1
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
+        await asyncio.sleep(1.0)
+        e0, t0 = reader.read().counter_j, time.monotonic()
+        await asyncio.gather(*(one(client, i) for i in range(n)))
+        wall = time.monotonic() - t0
+        await asyncio.sleep(0.3)  # the counter steps past the end
+        joules = reader.read().counter_j - e0
+    per_token.sort()
+    return {"joules": joules, "wall_s": wall, "answered": len(per_token),
+            "joules_per_request": joules / max(1, len(per_token)),
+            "s_per_token_p50": statistics.median(per_token) if per_token else None,
+            "s_per_token_p99": per_token[min(len(per_token) - 1, int(0.99 * len(per_token)))]
+            if per_token else None,
+            "replicas": dict(replicas), "failed": dict(failed)}
+
+
+def mean_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ("joules", "wall_s", "joules_per_request", "s_per_token_p50", "s_per_token_p99")
+    out: dict[str, Any] = {k: statistics.fmean(r[k] for r in runs) for k in keys
+                           if all(r[k] is not None for r in runs)}
+    out["joules_runs"] = [r["joules"] for r in runs]
+    out["replicas_first_run"] = runs[0]["replicas"]
+    out["failed"] = dict(sum((Counter(r["failed"]) for r in runs), Counter()))
+    return out
+
+
+def plot(path: Path, results: dict[str, Any], source: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(results)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.38
+    for j, policy in enumerate(POLICIES):
+        xs = [i + (j - 0.5) * width for i in range(len(keys))]
+        axes[0].bar(xs, [results[k][LABEL[policy]]["joules_per_request"] for k in keys],
+                    width, label=LABEL[policy])
+        axes[1].bar(xs, [1000 * results[k][LABEL[policy]]["s_per_token_p99"] for k in keys],
+                    width, label=LABEL[policy])
+    for ax, label in zip(axes, (f"J per request ({source}, gross)",
+                                "p99 ms per answer token"), strict=True):
+        ax.set_xticks(range(len(keys)), [k.replace("c", "concurrency ") for k in keys])
+        ax.set_ylabel(label)
+        ax.legend()
+    fig.suptitle("Two replicas on one device: packed vs spread")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-server", default=None, help="default: the project's CPU build")
+    ap.add_argument("--model", type=Path, default=None, help="default: the tiny-large shape")
+    ap.add_argument("--curve", type=Path, default=ROOT / "curves" / "cpu" / "large-llamacpp.json")
+    ap.add_argument("--source", default="auto")
+    ap.add_argument("--concurrency", default="8,16")
+    ap.add_argument("--requests", type=int, default=48)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--ctx-per-slot", type=int, default=2048)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args()
+    from workers.local import llama_server, model_path
+
+    binary = args.llama_server or str(llama_server())
+    model = args.model or model_path("tiny-large")
+    reader = make_reader(DeviceSpec("dev0", "localhost", args.source, 0, None, 65, 10))
+    logs = args.out / "placement-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    ports = [free_port(), free_port()]
+    procs = [start_llama(binary, str(model), p, 16, args.ctx_per_slot, logs / f"r{i}.log")
+             for i, p in enumerate(ports)]
+    results: dict[str, Any] = {}
+    try:
+        for conc in (int(c) for c in args.concurrency.split(",")):
+            base = catalog(ports, args.curve, args.source, conc)
+            runs: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
+            order = [POLICIES[(t + k) % 2] for t in range(args.turns) for k in range(2)]
+            for policy in order:  # ABBA...: drift between runs falls on both
+                with run_gateway(with_policy(base, policy), Seams(),
+                                 first_byte_timeout_seconds=600) as gw:
+                    runs[policy].append(asyncio.run(
+                        burst(gw.v1, args.requests, conc, args.tokens, reader)))
+            packed, spread = (mean_runs(runs[p]) for p in POLICIES)
+            results[f"c{conc}"] = {
+                "order": [LABEL[p] for p in order], "packed": packed, "spread": spread,
+                "packed_over_spread_joules": packed["joules"] / spread["joules"],
+                "packed_over_spread_p99": packed["s_per_token_p99"] / spread["s_per_token_p99"]}
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    source = reader.source
+    write_json(args.out / f"placement-{source}.json", {
+        "device": reader.name, "source": source, "engine_build": engine_build(binary),
+        "commit": project_commit(), "model": str(Path(model).name),
+        "curve": str(args.curve.relative_to(ROOT) if args.curve.is_relative_to(ROOT)
+                     else args.curve),
+        "setup": {"replicas": 2, "slots_per_replica": 16, "requests": args.requests,
+                  "answer_tokens": args.tokens, "turns_per_policy": args.turns,
+                  "packed": "placement marginal_joules, max_batch = the concurrency",
+                  "spread": "placement least_outstanding"},
+        "units": {"joules": f"J, {source} counter delta over the run (gross, idle included)",
+                  "s_per_token": "s per answer token per request, client-side, queueing "
+                                 "included"},
+        **results})
+    plot(args.out / f"placement-{source}.png", results, source)
+    for k, r in results.items():
+        print(f"{k}: packed/spread joules {r['packed_over_spread_joules']:.3f}, "
+              f"p99 s/token {r['packed_over_spread_p99']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
