@@ -1,4 +1,5 @@
-"""Gateway overhead side by side: nginx direct (the floor), joulegate, LiteLLM.
+"""Gateway overhead side by side: nginx direct (the floor), a bare FastAPI +
+aiohttp pass-through (the Python floor, bench/passthrough.py), joulegate, LiteLLM.
 
     python -m bench.gateways [--seconds 10]   # bench/results/gateways.json and .png
 
@@ -209,6 +210,12 @@ def main() -> None:
         name = "joulegate" if n == 1 else f"joulegate{n}"
         ports[name] = free_port()
         procs[name] = joulegate(ports[name], upstream, work, workers=n, cores=pin(PINNED[n]))
+    ports["passthrough"] = free_port()
+    procs["passthrough"] = subprocess.Popen(
+        [sys.executable, "-m", "bench.passthrough", "--port", str(ports["passthrough"]),
+         "--upstream", f"http://127.0.0.1:{upstream}"], cwd=ROOT,
+        stdout=(work / "passthrough.log").open("wb"), stderr=subprocess.STDOUT,
+        preexec_fn=pinned(pin(PINNED[1])))
     if not args.no_litellm:
         ports["litellm"] = free_port()
         procs["litellm"] = _litellm(ports["litellm"], upstream, work)
@@ -232,6 +239,9 @@ def main() -> None:
                 capture_output=True, text=True).stdout.strip()
         chat = "/v1/chat/completions"
         cases = [("nginx direct", "nginx", "/json" + chat, {"model": "x", "messages": msg}),
+                 ("FastAPI pass-through", "passthrough", chat, {"model": "x"}),
+                 ("FastAPI pass-through, streamed", "passthrough", chat,
+                  {"model": "x", "stream": True}),
                  ("joulegate forced tier", "joulegate", chat, {"model": "small"}),
                  ("joulegate auto", "joulegate", chat, {"model": "auto"}),
                  ("joulegate forced tier, streamed", "joulegate", chat,
@@ -265,6 +275,7 @@ def main() -> None:
                 for n in gateways[1:]}
         results["processes_speedup_c50"] = {str(n): round(rps / one, 2)
                                             for n, rps in more.items() if rps and one}
+        results["ratios"] = ratios(results["runs"], [c[0] for c in cases])
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -274,6 +285,39 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         _plot(results, args.out.with_suffix(".png"))
         print(f"wrote {args.out}")
+
+
+def ratios(runs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Each row against the floors of the same run: p50 and p99 at c=1 and
+    req/s at c=50 over the pass-through's (the streamed one for streamed
+    rows) and nginx's; the gateway boards' figure, added p99 at c=1 over
+    nginx (a zero-delay upstream); and joulegate's c=50 over LiteLLM's."""
+    def get(name: str, c: int, field: str) -> float | None:
+        run = runs.get(f"{name} c={c}")
+        return None if run is None else run.get(field)
+
+    def over(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 3) if a and b else None
+
+    out: dict[str, Any] = {}
+    litellm = get("LiteLLM proxy, 1 worker", 50, "req_per_s")
+    for name in names:
+        floor = "FastAPI pass-through, streamed" if "streamed" in name \
+            else "FastAPI pass-through"
+        row = {
+            "p50_c1_over_passthrough": over(get(name, 1, "p50_ms"), get(floor, 1, "p50_ms")),
+            "p99_c1_over_passthrough": over(get(name, 1, "p99_ms"), get(floor, 1, "p99_ms")),
+            "rps_c50_over_passthrough": over(get(name, 50, "req_per_s"),
+                                             get(floor, 50, "req_per_s")),
+            "rps_c50_over_nginx": over(get(name, 50, "req_per_s"),
+                                       get("nginx direct", 50, "req_per_s")),
+            "added_p99_ms_c1": None if get(name, 1, "p99_ms") is None else round(
+                get(name, 1, "p99_ms") - get("nginx direct", 1, "p99_ms"), 3),  # type: ignore[operator]
+        }
+        if name.startswith("joulegate") and litellm:
+            row["rps_c50_over_litellm"] = over(get(name, 50, "req_per_s"), litellm)
+        out[name] = row
+    return out
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:
