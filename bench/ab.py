@@ -84,6 +84,7 @@ def main() -> None:
                        check=False)
     summary = {name: {"req_per_s_median": statistics.median(r["req_per_s"] for r in rs),
                       "p50_ms_median": statistics.median(r["p50_ms"] for r in rs),
+                      "p99_ms_median": statistics.median(r["p99_ms"] for r in rs),
                       "cpu_ms_per_request_median": statistics.median(
                           r["cpu_ms_per_request"] for r in rs)}
                for name, rs in runs.items()}
