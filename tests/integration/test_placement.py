@@ -1,14 +1,12 @@
 """Placement with real workers: two llama-server replicas of the small
-backend; four requests at once pack three onto one replica's batch (max_batch
-3) and wake the other for the fourth, where least outstanding spreads them
-two and two; each response names its replica and why."""
+backend; four requests in flight together pack three onto one replica's
+batch (max_batch 3) and wake the other for the fourth, where least
+outstanding alternates; each response names its replica and why."""
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
+import contextlib
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -39,32 +37,29 @@ def two_replicas(workers: Workers, second: str, placement: str) -> Catalog:
     return c.model_copy(update={"backends": backends})
 
 
-def burst(v1: str, n: int) -> list[httpx.Response]:
-    """`n` requests at once (long enough to overlap: 400 tokens each)."""
-    start = threading.Barrier(n)
-    with httpx.Client(timeout=120, limits=httpx.Limits(max_connections=n)) as client:
-        def one(_: int) -> httpx.Response:
-            start.wait()
-            return client.post(v1 + "/chat/completions", json={
-                "model": "small", "messages": [{"role": "user", "content": "Count."}],
-                "max_tokens": 400, "ignore_eos": True})
-        with ThreadPoolExecutor(n) as pool:
-            return list(pool.map(one, range(n)))
-
-
-def replicas(out: list[httpx.Response]) -> Counter[str]:
-    assert all(r.status_code == 200 for r in out), [r.text for r in out]
-    return Counter(r.headers["x-joulegate-placement"].split(":")[0] for r in out)
+def held_open(v1: str, n: int) -> list[str]:
+    """`n` streamed requests opened one after another, each still running
+    when the next arrives (long answers, not read): their placements."""
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(httpx.Client(timeout=120))
+        out = []
+        for _ in range(n):
+            r = stack.enter_context(client.stream("POST", v1 + "/chat/completions", json={
+                "model": "small", "stream": True, "max_tokens": 1500, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "Count."}]}))
+            assert r.status_code == 200
+            out.append(r.headers["x-joulegate-placement"])
+        return out
 
 
 def test_a_burst_packs_onto_one_batch_within_max_batch(workers: Workers,
                                                        second_small: str) -> None:
     with run_gateway(two_replicas(workers, second_small, "marginal_joules")) as gw:
-        out = burst(gw.v1, 4)
-        assert sorted(replicas(out).values()) == [1, 3]
-        reasons = [r.headers["x-joulegate-placement"] for r in out]
-        assert sum("joins a batch of" in r for r in reasons) == 2  # 1 idle + 2 joining, 1 woken
+        packed = held_open(gw.v1, 4)
+    assert [r.split(":")[0] for r in packed] == ["replica 0"] * 3 + ["replica 1"]
+    assert "an idle replica" in packed[0] and "an idle replica" in packed[3]
+    assert "joins a batch of 1" in packed[1] and "joins a batch of 2" in packed[2]
     with run_gateway(two_replicas(workers, second_small, "least_outstanding")) as gw:
-        out = burst(gw.v1, 4)
-        assert sorted(replicas(out).values()) == [2, 2]
-        assert all("least outstanding" in r.headers["x-joulegate-placement"] for r in out)
+        spread = held_open(gw.v1, 4)
+    assert [r.split(":")[0] for r in spread] == ["replica 0", "replica 1"] * 2
+    assert all("least outstanding" in r for r in spread)
