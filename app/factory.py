@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -57,11 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("joulegate")
 GC_THRESHOLDS = (50_000, 20, 100)  # the collector's generations (Python's: 700, 10, 10)
-# How long a thread may hold the GIL while another waits for it (Python's: 5 ms).
-# The event loop waits that long whenever the usage writer, the key ring's
-# refresh or a sampler is in Python code: a request's tail. 0.5 ms: the loop
-# gets the GIL back within half a millisecond (A/B in docs/performance-decisions.md).
-SWITCH_INTERVAL_S = 0.0005
 
 def device_spec(d: Device) -> DeviceSpec:
     return DeviceSpec(d.name, d.host, d.source, d.index, d.idle_power_w,
@@ -148,18 +142,16 @@ def _long_lived() -> Iterator[None]:
     a stall every request in flight then waited out. And the young generation
     is collected every 50,000 allocations, not 700: a request allocates
     hundreds of short-lived objects, which reference counting frees; only
-    cycles wait longer. And the GIL is handed over every SWITCH_INTERVAL_S."""
+    cycles wait longer."""
     gc.collect()
     gc.freeze()
-    thresholds, interval = gc.get_threshold(), sys.getswitchinterval()
+    thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         yield
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
-        sys.setswitchinterval(interval)
 
 
 def create_app(settings: Settings, catalog: Catalog | None = None,
