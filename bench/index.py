@@ -40,6 +40,8 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-direct-c50.json": (AB + " --connections 50", "the direct ASGI path for generation", ""),
     "ab-end-after-response-c1.json": (AB, "bookkeeping after the response is written", ""),
     "ab-gc-thresholds-c50.json": (AB + " --connections 50", "gc.freeze and GC thresholds", ""),
+    "ab-switch-interval-c1.json": (AB + " --rounds 4", "the GIL switch interval at 0.5 ms: p99 "
+                                   "not lower, reverted", ""),
     "ab-guard-c1.json": (AB + " --rounds 4", "the request guard (Host, %2F, header limits) and "
                          "later commits against 078ad59", ""),
     "ab-same-code-c1.json": (AB + " --rounds 4", "A/A: the same commit on both sides, this "
