@@ -40,8 +40,8 @@ class LocalMeter:
         return on_final
 
     def _give(self, finals: list[str]) -> None:
-        for window in finals:
-            self._waiting.give(window, self._result(window))
+        assert self._loop is not None
+        self._waiting.give_spread(finals, self._result, self._loop)
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:
@@ -81,8 +81,8 @@ class LocalMeter:
     def _sweep(self) -> None:
         """Give windows past their timeout the figure they have (provisional)."""
         assert self._loop is not None
-        for window in self._waiting.due(self._loop.time()):
-            self._waiting.give(window, self._result(window))
+        self._waiting.give_spread(self._waiting.due(self._loop.time()), self._result,
+                                  self._loop)
         self._sweeper = self._loop.call_later(SWEEP_S, self._sweep) if self._waiting else None
 
     async def drain(self, timeout_s: float) -> None:

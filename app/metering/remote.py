@@ -243,26 +243,25 @@ class RemoteMeter:
                 answers = await asyncio.gather(*(
                     self._call(device, protocol.results_call(device, wids, final_only=not past))
                     for (device, past), wids in asks.items()))
+                ready: dict[str, EnergyFigure | None] = {}
                 for ((device, _), wids), answer in zip(asks.items(), answers, strict=True):
                     figures = protocol.figures(answer, len(wids))
                     if figures is None:
                         # No answer: ask again next time; the windows past
                         # their timeout get none.
-                        self._give_due([f"{device}/{wid}" for wid in wids], due)
+                        ready.update((w, None) for w in (f"{device}/{wid}" for wid in wids)
+                                     if w in due)
                         continue
                     for wid, data in zip(wids, figures, strict=True):
                         if data == protocol.PENDING:
                             continue  # not final yet (and not past its timeout)
                         window, figure = f"{device}/{wid}", protocol.as_figure(data)
                         if figure is None or figure.final or window in due:
-                            self._waiting.give(window, figure)
+                            ready[window] = figure
+                self._waiting.give_spread(list(ready), ready.__getitem__,
+                                          asyncio.get_running_loop())
         finally:
             self._poller = None
-
-    def _give_due(self, windows: list[str], due: set[str]) -> None:
-        for window in windows:
-            if window in due:
-                self._waiting.give(window, None)
 
     async def drain(self, timeout_s: float) -> None:
         await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone
