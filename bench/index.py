@@ -42,6 +42,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-gc-thresholds-c50.json": (AB + " --connections 50", "gc.freeze and GC thresholds", ""),
     "ab-switch-interval-c1.json": (AB + " --rounds 4", "the GIL switch interval at 0.5 ms: p99 "
                                    "not lower, reverted", ""),
+    "ab-spread-finals-c1.json": (AB + " --rounds 4", "final figures given 4 per turn of the "
+                                 "loop: p99 at c=1", ""),
+    "ab-spread-finals-c50.json": (AB + " --rounds 3 --connections 50", "final figures given 4 "
+                                  "per turn of the loop: throughput at c=50", ""),
     "ab-guard-c1.json": (AB + " --rounds 4", "the request guard (Host, %2F, header limits) and "
                          "later commits against 078ad59", ""),
     "ab-same-code-c1.json": (AB + " --rounds 4", "A/A: the same commit on both sides, this "
