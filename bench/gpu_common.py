@@ -33,10 +33,11 @@ def project_commit() -> str:
 
 
 def start_llama(binary: str, model: str, port: int, parallel: int, ctx_per_slot: int,
-                log: Path) -> subprocess.Popen[bytes]:
+                log: Path, threads: int | None = None) -> subprocess.Popen[bytes]:
     cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port),
            "-ngl", "999", "-np", str(parallel), "-c", str(ctx_per_slot * parallel),
-           "--metrics", "--no-webui", "-b", "2048", "-ub", "512"]
+           "--metrics", "--no-webui", "-b", "2048", "-ub", "512",
+           *(["-t", str(threads)] if threads else [])]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.monotonic() + 300

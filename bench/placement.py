@@ -10,8 +10,9 @@ its tokens, queueing included), p50 and p99, and the run's wall time.
     python -m bench.placement --llama-server /tmp/jg/bin/llama-server \\
         --model /tmp/jg/models/llama-8b.gguf --curve curves/h200/llama-8b.json \\
         --source nvml --out bench/results
-    # this machine (the CPU test shapes; the `estimate` or `rapl` source)
-    python -m bench.placement --out bench/results
+    # this machine (the CPU test shapes; the `estimate` or `rapl` source; one
+    # thread per replica: two replicas' default threads oversubscribe 2 cores)
+    python -m bench.placement --threads 1 --requests 32 --tokens 64
 
 Results: placement-<source>.json and .png under --out.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -144,6 +146,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--ctx-per-slot", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads per replica (a CPU run: 1 each, so two replicas "
+                         "do not oversubscribe two cores)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
     from workers.local import llama_server, model_path
@@ -151,11 +156,10 @@ def main() -> None:
     binary = args.llama_server or str(llama_server())
     model = args.model or model_path("tiny-large")
     reader = make_reader(DeviceSpec("dev0", "localhost", args.source, 0, None, 65, 10))
-    logs = args.out / "placement-logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="joulegate-placement-"))
     ports = [free_port(), free_port()]
-    procs = [start_llama(binary, str(model), p, 16, args.ctx_per_slot, logs / f"r{i}.log")
-             for i, p in enumerate(ports)]
+    procs = [start_llama(binary, str(model), p, 16, args.ctx_per_slot, logs / f"r{i}.log",
+                         args.threads) for i, p in enumerate(ports)]
     results: dict[str, Any] = {}
     try:
         for conc in (int(c) for c in args.concurrency.split(",")):
@@ -184,6 +188,7 @@ def main() -> None:
         "curve": str(args.curve.relative_to(ROOT) if args.curve.is_relative_to(ROOT)
                      else args.curve),
         "setup": {"replicas": 2, "slots_per_replica": 16, "requests": args.requests,
+                  "threads_per_replica": args.threads or "the engine's default",
                   "answer_tokens": args.tokens, "turns_per_policy": args.turns,
                   "packed": "placement marginal_joules, max_batch = the concurrency",
                   "spread": "placement least_outstanding"},
