@@ -156,6 +156,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                      "slowloris, agent spoofing and a 5,000-body mutation fuzz against a keyed "
                      "gateway with real workers and agent", ""),
     "load.json": ("python -m bench.load", "1,000 requests at once against CPU workers", ""),
+    "placement-estimate.json": ("python -m bench.placement --threads 1 --requests 32 --tokens 64",
+                                "packed vs spread, two CPU replicas of tiny-large on this "
+                                "machine (estimate); the H200 run is bench/run_h200_placement.sh",
+                                ""),
+    "placement-estimate.png": ("same", "J per request and p99 per token, packed vs spread", ""),
     "memory-before-compaction.json": ("python -m bench.memory",
                                       "RSS growth before the ledger compacted its windows",
                                       "memory.json"),
