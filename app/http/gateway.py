@@ -110,7 +110,8 @@ class Gateway:
         key = fw.key
         if key is None or key.joule_budget is None or self.spend is None:
             return None
-        hold = await self.admission.reserve(key, self.expected_j(fw), self.spend.spent_j(key))
+        hold = await self.admission.reserve(key, self.expected_j(fw), self.spend.spent_j(key),
+                                            fw.decision.backend)
         if hold is None:
             self.metrics.request(fw.decision.tier, fw.decision.backend, fw.route,
                                  fw.decision.category, "joule_budget")

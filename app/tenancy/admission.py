@@ -4,7 +4,10 @@ reservation of the request's expected joules against its energy budget.
 A reservation is made once the router has priced the request: admitted while
 the key's spent joules plus its in-flight reservations are under its budget,
 so a concurrent burst can overshoot the budget by at most one request's
-joules (the last one admitted), as far as the router's price is right. The
+joules (the last one admitted), as far as the hold is right. A hold is the
+price scaled by what the backend's requests have really cost against their
+price lately (a moving average of final / price, never below 1): a backend
+whose requests cost twice their price under load holds twice the price. The
 reservation is settled with the request's final figure (or released when the
 request fails before it ran). With `SharedState` (Redis), windows and
 reservations are shared by every gateway; without it, or while Redis does not
@@ -24,6 +27,9 @@ from app.tenancy.limits import RateLimits, Refusal
 from app.tenancy.shared import SharedRefusal, SharedState
 from app.tenancy.spend import period_end, period_start
 
+ALPHA = 0.2  # the moving average's weight of the newest final / price
+MAX_RATIO = 20.0  # a hold is at most this many times its price
+
 
 @dataclass
 class Hold:
@@ -31,9 +37,11 @@ class Hold:
 
     key_id: str
     id: str
-    joules: float
+    joules: float  # held: the price, scaled by the backend's recent final / price
     period: int  # the budget period's start (Unix seconds)
     spent_ttl_s: int  # how long the period's shared counter must live
+    backend: str = ""
+    price_j: float = 0.0  # the router's price of the request
     held: bool = True  # not settled or released yet
 
 
@@ -44,6 +52,8 @@ class Admission:
     clock: Callable[[], float] = time.time
     # key id -> hold id -> joules reserved in this gateway (the local view)
     _held: dict[str, dict[str, float]] = field(default_factory=dict)
+    # backend -> moving average of a request's final figure over its price
+    _cost_ratio: dict[str, float] = field(default_factory=dict)
 
     async def admit(self, key: ApiKey) -> Refusal | None:
         """Count the request if the key is within its rates; else why not."""
@@ -65,14 +75,17 @@ class Admission:
         if self.shared is not None:
             self.shared.tokens(key_id, tokens)
 
-    async def reserve(self, key: ApiKey, joules: float, spent_j: float) -> Hold | None:
-        """A hold on `joules` of the key's budget; None when its spent and
-        held joules already reach the budget (the request is refused)."""
+    async def reserve(self, key: ApiKey, price_j: float, spent_j: float,
+                      backend: str = "") -> Hold | None:
+        """A hold on the request's price (scaled: `held_for`) against the key's
+        budget; None when its spent and held joules already reach the budget
+        (the request is refused)."""
         assert key.joule_budget is not None
         now = self.clock()
-        hold = Hold(key.id, secrets.token_hex(8), max(0.0, joules),
+        price = max(0.0, price_j)
+        hold = Hold(key.id, secrets.token_hex(8), self.held_for(backend, price),
                     int(period_start(key.budget_period, now)),
-                    int(period_end(key.budget_period, now) - now) + 3600)
+                    int(period_end(key.budget_period, now) - now) + 3600, backend, price)
         mine = self._held.setdefault(key.id, {})
         ok = None
         if self.shared is not None:
@@ -92,6 +105,8 @@ class Admission:
         if hold is None:
             return
         was_held = hold.held
+        if was_held and hold.price_j > 0 and net_j is not None and net_j > 0:
+            self._learn(hold.backend, net_j / hold.price_j)
         if was_held:
             hold.held = False
             mine = self._held.get(hold.key_id)
@@ -102,6 +117,15 @@ class Admission:
         if self.shared is not None and (was_held or (net_j or 0.0) > 0):
             self.shared.settle(hold.key_id, hold.id, max(0.0, net_j or 0.0), hold.period,
                                hold.spent_ttl_s)
+
+    def held_for(self, backend: str, price_j: float) -> float:
+        """What a request priced at `price_j` holds on `backend`."""
+        return price_j * min(MAX_RATIO, max(1.0, self._cost_ratio.get(backend, 1.0)))
+
+    def _learn(self, backend: str, ratio: float) -> None:
+        old = self._cost_ratio.get(backend)
+        ratio = min(MAX_RATIO, ratio)
+        self._cost_ratio[backend] = ratio if old is None else old + ALPHA * (ratio - old)
 
     def held_j(self, key_id: str) -> float:
         """Joules this gateway holds for the key now."""

@@ -154,3 +154,22 @@ def test_redis_down_costs_milliseconds_and_limits_come_back(tmp_path: Path) -> N
             await _close(gws)
             server.stop()
     asyncio.run(go())
+
+
+def test_holds_learn_what_a_backend_really_costs_against_its_price() -> None:
+    async def go() -> None:
+        adm, k = Admission(), key(joule_budget=100.0)
+        first = await adm.reserve(k, 2.0, 0.0, "b")
+        assert first is not None and first.joules == 2.0  # nothing learned: the price
+        adm.settle(first, 6.0)  # cost three times its price
+        second = await adm.reserve(k, 2.0, 0.0, "b")
+        assert second is not None and second.joules == pytest.approx(6.0)
+        assert (await adm.reserve(k, 2.0, 0.0, "other")).joules == 2.0  # type: ignore[union-attr]
+        adm.settle(second, 1.0)  # cheaper than its price: the average falls, not below 1x
+        third = await adm.reserve(k, 2.0, 0.0, "b")
+        assert third is not None and 2.0 <= third.joules < 6.0
+        for _ in range(30):
+            h = await adm.reserve(k, 2.0, 0.0, "b")
+            adm.settle(h, 0.5)
+        assert (await adm.reserve(k, 2.0, 0.0, "b")).joules == 2.0  # type: ignore[union-attr]
+    asyncio.run(go())
