@@ -173,3 +173,51 @@ def test_holds_learn_what_a_backend_really_costs_against_its_price() -> None:
             adm.settle(h, 0.5)
         assert (await adm.reserve(k, 2.0, 0.0, "b")).joules == 2.0  # type: ignore[union-attr]
     asyncio.run(go())
+
+
+def test_a_hung_redis_costs_a_request_its_timeout_then_nothing(tmp_path: Path) -> None:
+    """Redis stopped (SIGSTOP: connections open, no answers): a request waits
+    at most the timeout and is admitted locally; a PING unanswered for a
+    second sends the gateway local, after which requests do not wait at all;
+    SIGCONT, and the probe brings the shared limits back."""
+    import os
+    import signal
+
+    server = RedisServer(tmp_path)
+    server.start()
+    assert server.proc is not None
+
+    async def go() -> None:
+        ups: list[bool] = []
+        adm = Admission(shared=SharedState(server.url, 0.02, ups.append))
+        assert adm.shared is not None
+        await adm.shared.start()
+        k = key(rpm=100)
+        assert await adm.admit(k) is None
+        os.kill(server.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        try:
+            t0 = time.perf_counter()
+            assert await adm.admit(k) is None  # admitted by the local window
+            assert time.perf_counter() - t0 < 0.1
+            deadline = time.monotonic() + 5
+            while adm.shared.up:  # the PING check gives up after a second
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            waits = []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                await adm.admit(k)
+                waits.append(time.perf_counter() - t0)
+            assert sorted(waits)[10] < 0.001 and max(waits) < 0.02 and ups[-1] is False
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        deadline = time.monotonic() + 5
+        while not adm.shared.up:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert ups[-1] is True
+        await adm.shared.close()
+    try:
+        asyncio.run(go())
+    finally:
+        server.stop()
