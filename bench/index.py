@@ -42,6 +42,8 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-gc-thresholds-c50.json": (AB + " --connections 50", "gc.freeze and GC thresholds", ""),
     "ab-switch-interval-c1.json": (AB + " --rounds 4", "the GIL switch interval at 0.5 ms: p99 "
                                    "not lower, reverted", ""),
+    "ab-give-index-c50.json": (AB + " --rounds 3 --connections 50", "give_spread by index "
+                               "instead of slices: not faster, reverted", ""),
     "ab-spread-finals-c1.json": (AB + " --rounds 4", "final figures given 4 per turn of the "
                                  "loop: p99 at c=1", ""),
     "ab-spread-finals-c50.json": (AB + " --rounds 3 --connections 50", "final figures given 4 "

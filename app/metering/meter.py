@@ -83,16 +83,15 @@ class Waiting:
                 log.exception("recording the final figure of %s", window)
 
     def give_spread(self, windows: list[str], figure_of: Callable[[str], EnergyFigure | None],
-                    loop: asyncio.AbstractEventLoop, start: int = 0) -> None:
+                    loop: asyncio.AbstractEventLoop) -> None:
         """Give `windows` their figures GIVE_CHUNK at a time, one turn of the
         loop per chunk: a counter step that settles hundreds of windows at
         once (their metrics, usage rows, holds) no longer stalls the requests
         in flight for milliseconds; they get the loop between chunks."""
-        end = start + GIVE_CHUNK
-        for window in windows[start:end]:
+        for window in windows[:GIVE_CHUNK]:
             self.give(window, figure_of(window))
-        if end < len(windows):
-            loop.call_soon(self.give_spread, windows, figure_of, loop, end)
+        if len(windows) > GIVE_CHUNK:
+            loop.call_soon(self.give_spread, windows[GIVE_CHUNK:], figure_of, loop)
 
     def windows(self) -> list[str]:
         return list(self._by_window)
