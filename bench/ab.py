@@ -6,7 +6,8 @@ commit, taking turns, so that a machine whose speed drifts (this VM varies by
                        [--model small|auto] [--stream] [--workers N]
         # -> bench/results/ab-overhead.json (--out to write elsewhere)
 
-Each round starts the base's gateway, then this checkout's, in front of the
+Each round starts the base's gateway and this checkout's, in turns (ABBA:
+the first of a round alternates), in front of the
 same fixed-answer nginx (bench/gateways.py), and measures a chat (streamed with --stream)
 to the forced `small` tier (or `auto`) with wrk (one connection unless told).
 """
@@ -72,8 +73,11 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
     upstream = start_nginx(work)
     try:
-        for _ in range(args.rounds):
-            for name, root in (("base", base), ("this", ROOT)):
+        pair = (("base", base), ("this", ROOT))
+        for i in range(args.rounds):
+            # ABBA: this machine slows (or speeds up) through a run, so the
+            # side that always ran first would always be favoured.
+            for name, root in (pair if i % 2 == 0 else pair[::-1]):
                 runs[name].append(_measure(root, upstream, work, args.seconds,
                                            args.connections, args.model, args.workers,
                                            args.stream))
