@@ -86,16 +86,15 @@ class Admission:
         hold = Hold(key.id, secrets.token_hex(8), self.held_for(backend, price),
                     int(period_start(key.budget_period, now)),
                     int(period_end(key.budget_period, now) - now) + 3600, backend, price)
-        mine = self._held.setdefault(key.id, {})
         ok = None
         if self.shared is not None:
             ok = await self.shared.reserve(key.id, hold.id, hold.joules, spent_j,
                                            key.joule_budget, hold.period, hold.spent_ttl_s)
         if ok is None:  # local: this gateway's own holds
-            ok = spent_j + sum(mine.values()) < key.joule_budget
+            ok = spent_j + self.held_j(key.id) < key.joule_budget
         if not ok:
-            return None
-        mine[hold.id] = hold.joules
+            return None  # (a refused key leaves no empty entry behind)
+        self._held.setdefault(key.id, {})[hold.id] = hold.joules
         return hold
 
     def settle(self, hold: Hold | None, net_j: float | None) -> None:

@@ -182,8 +182,9 @@ class SharedState:
             await self._redis.script_load(script.script)
 
     async def close(self) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
+        for waiting in (self._probe, self._check):
+            if waiting is not None:
+                waiting.cancel()
         for task in list(self._tasks):
             task.cancel()
         await self._redis.aclose()
@@ -251,12 +252,19 @@ class SharedState:
             self._down(exc)
             return None
 
-    async def _checking(self) -> None:
-        """A call was slow: is Redis there at all? (A loaded gateway is slow
-        too; only a Redis that does not answer a PING in a second is down.)"""
+    async def _unanswered(self) -> BaseException | None:
+        """Why a PING got no answer within CHECK_S; None when it did."""
         try:
             await asyncio.wait_for(self._redis.ping(), CHECK_S)
         except (RedisError, OSError, TimeoutError) as exc:
+            return exc
+        return None
+
+    async def _checking(self) -> None:
+        """A call was slow: is Redis there at all? (A loaded gateway is slow
+        too; only a Redis that does not answer a PING in a second is down.)"""
+        exc = await self._unanswered()
+        if exc is not None:
             self._down(exc)
 
     def _background(self, op: Callable[[], Awaitable[Any]]) -> None:
@@ -278,9 +286,7 @@ class SharedState:
     async def _probing(self) -> None:
         while True:
             await asyncio.sleep(PROBE_EVERY_S)
-            try:
-                await asyncio.wait_for(self._redis.ping(), CHECK_S)
-            except (RedisError, OSError, TimeoutError):
+            if await self._unanswered() is not None:
                 continue
             log.warning("shared limits: Redis at %s answers again; limits are shared",
                         self._url)

@@ -5,9 +5,9 @@ requests through and which has fewer than its `max_concurrency` requests in
 flight: the one where it adds the fewest joules within the backend's
 `max_batch` (app/upstream/placement.py), or the least loaded one. When
 every such replica is full the request waits in the backend's bounded FIFO
-queue; a full queue, or a wait
-longer than the queue timeout, is refused at once (`Overloaded`: 429 with
-Retry-After). No replica that may take requests at all is `NoReplica` (503).
+queue; a full queue, or a wait longer than the queue timeout, is refused at
+once (`Overloaded`: 429 with Retry-After). No replica that may take
+requests at all is `NoReplica` (503).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -119,8 +119,9 @@ class ReplicaPool:
         self._limit = sum(s.capacity for s in self._all) + sum(
             b.max_queue for b in catalog.backends)
         curves = curves or {}
-        self._curves = {b.name: curves.get(b.name) for b in catalog.backends
-                        if b.placement == "marginal_joules"}
+        # Backends placed by marginal joules (those with a curve); the rest by load.
+        self._curves = {b.name: curves[b.name] for b in catalog.backends
+                        if b.placement == "marginal_joules" and b.name in curves}
         devices = {d.name: d for d in catalog.devices}
         self._wake_j = {name: (d.idle_power_w or 0.0) * d.wake_s if d.power_down else 0.0
                         for name, d in devices.items()}
@@ -135,19 +136,18 @@ class ReplicaPool:
             return None
         if len(free) == 1 and len(states) == 1:
             return free[0]  # one replica: nothing to choose
-        candidates = [Candidate(s.order, s.outstanding, self._on_device(s.replica.device),
+        on_device: Counter[str] = Counter()  # every backend's requests, by device
+        for s in self._all:
+            on_device[s.replica.device] += s.outstanding
+        candidates = [Candidate(s.order, s.outstanding, on_device[s.replica.device],
                                 self._wake_j.get(s.replica.device, 0.0)) for s in free]
         b = states[0].backend
-        if b.name in self._curves:
-            chosen = place(candidates, self._curves[b.name], b.max_batch or DEFAULT_MAX_BATCH)
-        else:
-            chosen = least_outstanding(candidates)
+        curve = self._curves.get(b.name)
+        chosen = place(candidates, curve, b.max_batch or DEFAULT_MAX_BATCH) if curve \
+            else least_outstanding(candidates)
         s = states[chosen.order]
         s.placement = chosen.reason
         return s
-
-    def _on_device(self, device: str) -> int:
-        return sum(s.outstanding for s in self._all if s.replica.device == device)
 
     def _take(self, s: ReplicaState) -> ReplicaState:
         s.outstanding += 1
