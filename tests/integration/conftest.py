@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,6 +113,18 @@ def final_energy(v1: str, energy_id: str, timeout_s: float = 3.0) -> dict[str, A
         time.sleep(0.05)
         fig = httpx.get(f"{v1}/energy/{energy_id}").json()
     return fig
+
+
+def serve(models: Path, port: int, state: Path, log: Path, *args: str,
+          **settings: str) -> subprocess.Popen[bytes]:
+    """`joulegate serve [args]` as a process of its own: the test's models
+    file, port and state directory, and `settings` (JOULEGATE_ variables);
+    none of this process's JOULEGATE_ or PROMETHEUS_ variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOULEGATE_", "PROMETHEUS_"))}
+    env.update(JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
+               JOULEGATE_STATE_DIR=str(state), **settings)
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "serve", *args], env=env,
+                            cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
 def models_file(workers: Workers, directory: Path) -> Path:

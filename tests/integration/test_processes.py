@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,21 +15,16 @@ import pytest
 
 from app.tools.embedded import free_port
 from telemetry.metrics import FLUSH_EVERY_S
-from tests.integration.conftest import Workers, models_file
-from workers.local import ROOT, wait_healthy
+from tests.integration.conftest import Workers, models_file, serve
+from workers.local import wait_healthy
 
 pytestmark = pytest.mark.integration
 
 
 def _serve_two(workers: Workers, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
-    models = models_file(workers, tmp_path)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOULEGATE_", "PROMETHEUS_"))}
-    env.update(JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
-               JOULEGATE_STATE_DIR=str(tmp_path / "state"))
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--workers", "2"],
-                            env=env, cwd=ROOT, stdout=(tmp_path / "log").open("wb"),
-                            stderr=subprocess.STDOUT)
+    proc = serve(models_file(workers, tmp_path), port, tmp_path / "state", tmp_path / "log",
+                 "--workers", "2")
     return proc, port
 
 
@@ -113,13 +107,8 @@ def test_a_gateway_killed_under_load_loses_no_usage_row(workers: Workers,
 
     from app.tenancy.spend import SpendLedger
 
-    models = models_file(workers, tmp_path)
     port, state = free_port(), tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOULEGATE_", "PROMETHEUS_"))}
-    env.update(JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
-               JOULEGATE_STATE_DIR=str(state))
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve"], env=env, cwd=ROOT,
-                            stdout=(tmp_path / "log").open("wb"), stderr=subprocess.STDOUT)
+    proc = serve(models_file(workers, tmp_path), port, state, tmp_path / "log")
     answered: list[str] = []
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     try:

@@ -5,10 +5,7 @@ against a tight joule budget; Redis killed and restarted under load."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +18,9 @@ import pytest
 
 from app.tenancy.keys import KeyStore
 from app.tools.embedded import free_port
-from tests.integration.conftest import Workers, models_file
+from tests.integration.conftest import Workers, models_file, serve
 from tests.redis_server import RedisServer
-from workers.local import ROOT, wait_healthy
+from workers.local import wait_healthy
 
 pytestmark = pytest.mark.integration
 MSG = [{"role": "user", "content": "Say hi."}]
@@ -39,21 +36,14 @@ def gateways(workers: Workers, folder: Path, redis_url: str, database: str, coun
     (33 of 100 admitted instead of 30, measured with the default); the
     bursts below wait up to a second, the outage test runs the default."""
     models = models_file(workers, folder)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JOULEGATE_", "PROMETHEUS_"))}
+    args = ["--workers", str(processes)] if processes > 1 else []
     procs, urls = [], []
     try:
         for i in range(count):
             port = free_port()
-            env_i = dict(env, JOULEGATE_MODELS_FILE=str(models), JOULEGATE_PORT=str(port),
-                         JOULEGATE_STATE_DIR=str(folder / f"state{i}"),
-                         JOULEGATE_DATABASE_URL=database, JOULEGATE_REDIS_URL=redis_url,
-                         JOULEGATE_REDIS_TIMEOUT_MS=str(redis_timeout_ms))
-            cmd = [sys.executable, "-m", "app.cli", "serve"]
-            if processes > 1:
-                cmd += ["--workers", str(processes)]
-            procs.append(subprocess.Popen(cmd, env=env_i, cwd=ROOT,
-                                          stdout=(folder / f"log{i}").open("wb"),
-                                          stderr=subprocess.STDOUT))
+            procs.append(serve(models, port, folder / f"state{i}", folder / f"log{i}", *args,
+                               JOULEGATE_DATABASE_URL=database, JOULEGATE_REDIS_URL=redis_url,
+                               JOULEGATE_REDIS_TIMEOUT_MS=str(redis_timeout_ms)))
             urls.append(f"http://127.0.0.1:{port}")
         for url, proc in zip(urls, procs, strict=True):
             wait_healthy(f"{url}/readyz", 90, proc)
