@@ -54,3 +54,13 @@ for exe in /usr/sbin/nginx /usr/bin/wrk; do
   chmod +x ".tools/bin/$name"
 done
 du -sh .whl .llama .data .tools
+# --seed: SmolLM2 (make real-model) and HumanEval in two pieces for
+# bench/run_h200_session.sh, which carries them in separate calls.
+if [ "${1:-}" = "--seed" ]; then
+  cache="${JOULEGATE_CACHE:-$HOME/.cache/joulegate}"
+  rm -rf .seed && mkdir -p .seed
+  (cd .seed && split -n 2 -a 1 "$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" "" )
+  cp "$cache/data/HumanEval.jsonl.gz" .seed/
+  echo "SMOL_SHA256=$(sha256sum "$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf" | cut -d' ' -f1)"
+  du -sh .seed/*
+fi
