@@ -33,13 +33,14 @@ def project_commit() -> str:
 
 
 def start_llama(binary: str, model: str, port: int, parallel: int, ctx_per_slot: int,
-                log: Path, threads: int | None = None) -> subprocess.Popen[bytes]:
+                log: Path, threads: int | None = None, env: dict[str, str] | None = None
+                ) -> subprocess.Popen[bytes]:
     cmd = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port),
            "-ngl", "999", "-np", str(parallel), "-c", str(ctx_per_slot * parallel),
            "--metrics", "--no-webui", "-b", "2048", "-ub", "512",
            *(["-t", str(threads)] if threads else [])]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:
