@@ -8,6 +8,7 @@
 #   seed-energy, seed-shots  bench/seed_energy.py, bench/seed_shots.py on
 #              SmolLM2-135M (issue 28); the model is carried in pieces (.seed/)
 #   replay     bench/gpu_routing.py --phase replay, chat-traffic (issue 26)
+#   seed-shots-cpu  seed 003 on the GPU host's cores (RAPL if readable)
 # The calls' carries, since one call moves at most 64 MiB with the tree:
 #   1. .whl .llama        2. .seed/a (+ .seed/HumanEval.jsonl.gz)
 #   3. .seed/b            4. .data
@@ -19,7 +20,7 @@ set -euo pipefail
 export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
 start=$(date +%s)
 left() { echo $(( 575 - ($(date +%s) - start) )); }
-jobs="${JOBS:-placement seed-energy seed-shots replay}"
+jobs="${JOBS:-placement seed-energy seed-shots replay seed-shots-cpu}"
 OUT_DIR="${OUT:-/tmp/jg/out}"
 W=/tmp/jg
 mkdir -p "$OUT_DIR" "$W/res" "$W/seed" "$W/curves" "$W/cache/models" "$W/cache/data"
@@ -56,6 +57,14 @@ if [ -f "$smol" ] && fits seed-shots 100; then
   timeout "$(left)" python3 -m bench.seed_shots --source nvml --n "${SHOTS_N:-40}" \
     --llama-server "$W/bin/llama-server" --out "$W/shots-run" | tail -3
   cp bench/results/seed-shots-h200.json "$OUT_DIR/" && touch "$W/res/seed-shots.done"
+fi
+if [ -f "$smol" ] && fits seed-shots-cpu 200; then  # the GPU host's cores, RAPL if readable
+  for src in rapl estimate; do
+    timeout "$(left)" python3 -m bench.seed_shots --source "$src" --n "${SHOTS_N:-40}" \
+      --label "gpu-host-cpu-$src" --llama-server "$W/bin/llama-server" --out "$W/shots-cpu" \
+      2>&1 | tail -3 && [ -f "bench/results/seed-shots-gpu-host-cpu-$src.json" ] && break
+  done
+  cp bench/results/seed-shots-gpu-host-cpu-*.json "$OUT_DIR/" && touch "$W/res/seed-shots-cpu.done"
 fi
 if [ -d .data ] && fits replay 330; then
   timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload chat-traffic \

@@ -182,7 +182,8 @@ def _cpu_worker(binary: str, port: int, out: Path) -> Any:
     from workers.local import spawn, wait_healthy
 
     proc = spawn([binary, "-m", str(real_model()), "--host", "127.0.0.1", "--port", str(port),
-                  "-c", "4096", "-np", "2", "-t", "2", "--metrics", "--no-webui"],
+                  "-c", "4096", "-np", "2", "-t", "2", "--metrics", "--no-webui",
+                  "--device", "none"],  # a CUDA build's CPU: no layer on a GPU
                  out / "llama-smollm2.log")
     wait_healthy(f"http://127.0.0.1:{port}/health", 120, proc)
     return proc

@@ -148,6 +148,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=164)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--out", type=Path, default=Path("/tmp/jg-shots"))
+    ap.add_argument("--label", default=None, help="the result's name: seed-shots-<label>.json "
+                    "(default: h200 for nvml, else cpu-<source>)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     binary = args.llama_server or str(llama_server())
@@ -166,7 +168,7 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=30)
     z, t = modes["zero_shot"], modes["three_shot"]
-    where = "h200" if gpu else f"cpu-{args.source}"
+    where = args.label or ("h200" if gpu else f"cpu-{args.source}")
     out = ROOT / "bench" / "results" / f"seed-shots-{where}.json"
     write_json(out, {
         "commit": project_commit(), "device": reader.name, "source": reader.source,
