@@ -26,7 +26,9 @@ W=/tmp/jg
 mkdir -p "$OUT_DIR" "$W/res" "$W/seed" "$W/curves" "$W/cache/models" "$W/cache/data"
 for p in .seed/*; do [ -f "$p" ] && cp -n "$p" "$W/seed/"; done
 cp -n curves/h200/llama-*.json "$W/curves/" 2>/dev/null || true
-if [ ! -x "$W/bin/llama-server" ] || [ ! -f "$W/models/llama-8b.gguf" ]; then
+need_models=0  # the random-weight shapes only for placement and the replay
+[[ " $jobs " == *" placement "* || " $jobs " == *" replay "* ]] && need_models=1
+if [ ! -x "$W/bin/llama-server" ] || { [ "$need_models" = 1 ] && [ ! -f "$W/models/llama-8b.gguf" ]; }; then
   OUT="$OUT_DIR" MODELS="llama-1b llama-8b" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
     || { tail -30 /tmp/jg-setup.log; exit 1; }
   echo "setup done at $(( $(date +%s) - start )) s"
