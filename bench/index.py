@@ -160,9 +160,32 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "load.json": ("python -m bench.load", "1,000 requests at once against CPU workers", ""),
     "placement-estimate.json": ("python -m bench.placement --threads 1 --requests 32 --tokens 64",
                                 "packed vs spread, two CPU replicas of tiny-large on this "
-                                "machine (estimate); the H200 run is bench/run_h200_placement.sh",
+                                "machine (estimate); the H200 run is placement-nvml.json",
                                 ""),
     "placement-estimate.png": ("same", "J per request and p99 per token, packed vs spread", ""),
+    "placement-nvml.json": ("bash bench/run_h200_session.sh (device tool; JOBS=placement)",
+                            "packed vs spread on one H200: two replicas of the 8B shape, "
+                            "64 requests of 256 tokens at c=8 and c=16 (nvml)", ""),
+    "placement-nvml.png": ("same", "J per request and p99 per token, packed vs spread", ""),
+    "seed-energy-by-kind.json": ("bash bench/run_h200_session.sh (device tool; "
+                                 "JOBS=seed-energy): python -m bench.seed_energy --source nvml",
+                                 "seed 000 with SmolLM2 on the H200: divergence per kind, "
+                                 "predictions, loop stops, order tests A/B (nvml)", ""),
+    "seed-energy-by-kind.png": ("python -m bench.seed_compare", "seed-energy-by-kind.json as "
+                                "a picture", ""),
+    "seed-shots-h200.json": ("bash bench/run_h200_session.sh (device tool; JOBS=seed-shots): "
+                             "python -m bench.seed_shots --source nvml --n 40",
+                             "seed 003 on the H200: HumanEval zero- vs three-shot with "
+                             "SmolLM2 (nvml)", ""),
+    "seed-shots-gpu-host-cpu-estimate.json": ("bash bench/run_h200_session.sh (device tool; "
+                                              "JOBS=seed-shots-cpu)", "seed 003 on the GPU "
+                                              "host's cores, 2 threads (estimate: no RAPL "
+                                              "there)", ""),
+    "seed-cpu-gpu-shots.json": ("python -m bench.seed_compare", "seed 003 side by side: "
+                                "this CPU, the GPU host's CPU, the H200; identical greedy "
+                                "answers between them", ""),
+    "seed-cpu-gpu-shots.png": ("same", "energy, time and answer tokens per device and mode",
+                               ""),
     "memory-before-compaction.json": ("python -m bench.memory",
                                       "RSS growth before the ledger compacted its windows",
                                       "memory.json"),
