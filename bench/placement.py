@@ -6,7 +6,7 @@ the device counter's delta over each run (gross: idle included), with its
 source; speed is each request's seconds per answer token (its latency over
 its tokens, queueing included), p50 and p99, and the run's wall time.
 
-    # the H200 (bench/run_h200_placement.sh carries what it needs)
+    # the H200 (bench/run_h200_session.sh carries what it needs)
     python -m bench.placement --llama-server /tmp/jg/bin/llama-server \\
         --model /tmp/jg/models/llama-8b.gguf --curve curves/h200/llama-8b.json \\
         --source nvml --out bench/results

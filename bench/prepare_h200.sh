@@ -17,7 +17,7 @@ PY=.venv/bin/python
 pkgs=(fastapi starlette pydantic pydantic-core pydantic-settings python-dotenv annotated-types
       typing-inspection typing-extensions uvicorn h11 httptools gguf click scikit-learn joblib
       threadpoolctl orjson alembic sqlalchemy mako psycopg psycopg-binary opentelemetry-api
-      annotated-doc swagger-ui-bundle)
+      annotated-doc swagger-ui-bundle redis)
 specs=$($PY - "${pkgs[@]}" <<'PYEOF'
 import sys
 from importlib.metadata import version
