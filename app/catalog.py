@@ -18,6 +18,7 @@ from pydantic import (
     HttpUrl,
     PositiveInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -118,6 +119,13 @@ class Defaults(_Strict):
     quality_tolerance: float = Field(default=0.05, ge=0, le=1)
 
 
+class Example(_Strict):
+    """One worked example for few-shot prompting: a request and its answer."""
+
+    user: str = Field(min_length=1)
+    assistant: str = Field(min_length=1)
+
+
 class Routing(_Strict):
     tolerance: float = Field(default=0.05, ge=0, le=1)
     direct_max_tokens: int = Field(default=512, gt=0)
@@ -134,6 +142,17 @@ class Routing(_Strict):
     budget_message: str = ("\n\nThe thinking budget is spent, so I will answer now "
                            "from what I have worked out so far.\n")
     strategies: list[Literal["direct", "cot"]] = ["direct", "cot"]
+    # Category -> worked examples (or, in a models file, a YAML file of them):
+    # the router may put them before a request of that category (router.fewshot).
+    few_shot: dict[str, list[Example]] = Field(default_factory=dict)
+
+    @field_validator("few_shot")
+    @classmethod
+    def _some_examples(cls, v: dict[str, list[Example]]) -> dict[str, list[Example]]:
+        empty = [c for c, ex in v.items() if not ex]
+        if empty:
+            raise ValueError(f"no examples for {', '.join(empty)}")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -245,6 +264,11 @@ def load_catalog(path: Path) -> Catalog:
         if isinstance(data.get("quality"), str):
             # `quality: other.yaml` shares one table among several deployments.
             data["quality"] = _quality_from(path.resolve().parent / data["quality"], path)
+        routing = data.get("routing")
+        if isinstance(routing, dict) and isinstance(routing.get("few_shot"), dict):
+            data["routing"] = {**routing, "few_shot": {
+                cat: _examples_from(path.resolve().parent / v, path, cat)
+                if isinstance(v, str) else v for cat, v in routing["few_shot"].items()}}
     catalog = parse_catalog(data, str(path))
     _files_exist(catalog, path)
     return catalog
@@ -271,3 +295,16 @@ def _quality_from(source: Path, origin: Path) -> object:
     if not isinstance(other, dict) or not isinstance(other.get("quality"), dict):
         raise CatalogError(f"{origin}: quality: {source} has no `quality:` table")
     return other["quality"]
+
+
+def _examples_from(source: Path, origin: Path, category: str) -> object:
+    """`few_shot: {category: file.yaml}`: the file's list of {user, assistant}."""
+    try:
+        examples = yaml.safe_load(source.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CatalogError(f"{origin}: routing.few_shot.{category}: cannot read {source}: "
+                           f"{exc}") from None
+    if not isinstance(examples, list):
+        raise CatalogError(f"{origin}: routing.few_shot.{category}: {source} is not a list "
+                           "of {user, assistant} examples")
+    return examples

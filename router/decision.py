@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Strategy = Literal["direct", "cot"]
+Strategy = Literal["direct", "cot", "fewshot"]
 Policy = Literal["min-energy", "balanced", "max-quality"]
 POLICIES: tuple[Policy, ...] = ("min-energy", "balanced", "max-quality")
 

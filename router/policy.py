@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from router.curves import Curve
 from router.decision import Policy as PolicyName
+from router.fewshot import FewShot
 from router.pricing import Pricing, Site
 from router.quality import ExpectedLengths, QualityTable, action
 from router.thinking import CLOSING_TOKENS, ThinkingModel, budget_share
@@ -35,7 +36,7 @@ COT_PROMPT_TOKENS = 32  # the step-by-step instruction added to the prompt
 class ActionSpec:
     tier: str
     backend: str
-    strategy: str  # "direct" | "cot"
+    strategy: str  # "direct" | "cot" | "fewshot"
     reasoning: bool = False
 
     @property
@@ -86,9 +87,12 @@ class Policy:
                  lengths: ExpectedLengths, curves: Mapping[str, Curve], tiers: list[str],
                  tolerance: float = 0.05, caps: Caps = Caps(),
                  sites: Mapping[str, Site] | None = None,
-                 thinking: ThinkingModel | None = None) -> None:
+                 thinking: ThinkingModel | None = None,
+                 few_shot: FewShot | None = None) -> None:
         self.actions = actions
         self.thinking = thinking or ThinkingModel()
+        self.few_shot = few_shot or FewShot()
+        self._shot_tokens = {c: self.few_shot.prompt_tokens(c) for c in self.few_shot.messages}
         self.quality = quality
         self.lengths = lengths
         self.curves = curves
@@ -127,6 +131,10 @@ class Policy:
                                        concurrency, q_of, difficulty, ceiling,
                                        limit_includes_thinking)
                 continue
+            if a.strategy == "fewshot":
+                out += self._few_shot(a, key, cap, curve, probs, prompt_tokens, max_tokens,
+                                      concurrency, q_of)
+                continue
             expected = self.lengths.expected(probs, key)
             limit = min(max_tokens, cap) if max_tokens else cap
             tokens = int(min(expected, limit))
@@ -135,6 +143,27 @@ class Policy:
             out.append(Candidate(a, q_of(key), price.joules if price else None, tokens,
                                  price.note if price else "no curve"))
         return out
+
+    def _few_shot(self, a: ActionSpec, key: str, cap: int, curve: Curve | None,
+                  probs: Mapping[str, float], prompt_tokens: int, max_tokens: int | None,
+                  concurrency: Mapping[str, int], q_of: Callable[[str], float]
+                  ) -> list[Candidate]:
+        """The examples' action, for a request whose likeliest category has
+        examples: the direct answer's quality, a longer prompt, a shorter
+        answer (router.fewshot)."""
+        category = self.few_shot.offered(probs)
+        if category is None:
+            return []
+        direct = action(a.tier, "direct")
+        learned = self.lengths.column(key).get(category)
+        expected = learned if learned is not None \
+            else self.few_shot.answer_share * self.lengths.expected(probs, direct)
+        tokens = int(min(expected, min(max_tokens, cap) if max_tokens else cap))
+        prompt = prompt_tokens + self._shot_tokens[category]
+        price = self.pricing.price(curve, a.backend, prompt, tokens, concurrency) \
+            if curve else None
+        return [Candidate(a, q_of(direct), price.joules if price else None, tokens,
+                          price.note if price else "no curve")]
 
     def _reasoning(self, a: ActionSpec, key: str, curve: Curve | None,
                    probs: Mapping[str, float], prompt_tokens: int, max_tokens: int | None,

@@ -11,7 +11,8 @@ cannot take the request: failover between backends has this one owner.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from app.catalog import Backend, Catalog
@@ -46,6 +47,8 @@ class Planner:
     spend: SpendLedger | None = None
     # A key that has spent this share of its joule budget gets the cheapest action.
     budget_steer_at: float = 0.8
+    # Category -> the worked examples a `fewshot` decision puts before the request.
+    examples: Mapping[str, Sequence[Mapping[str, str]]] = field(default_factory=dict)
 
     def plan(self, ask: Ask) -> Forward:
         """The forward for a request. A key near its joule budget is steered

@@ -1,12 +1,15 @@
-"""Rewriting a chat body for a decision: model name, token caps, strategy."""
+"""Rewriting a chat body for a decision: model name, token caps, strategy
+(an instruction for `cot`, worked examples for `fewshot`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.catalog import Backend
 from app.forward.thinking import llamacpp_fields, vllm_fields
 from router.decision import Decision
+from router.fewshot import with_examples
 from router.thinking import CLOSING_TOKENS
 
 COT_INSTRUCTION = (
@@ -52,6 +55,7 @@ def rewrite_chat(
     body: dict[str, Any], d: Decision, backend: Backend,
     default_max_tokens: int | None = None, asked: int | None = None,
     limit_includes_thinking: bool = False, budget_message: str | None = None,
+    examples: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """A copy of `body` for the worker; unknown fields are kept as they are.
     The copy is shallow: what it changes is replaced, never changed in place
@@ -69,6 +73,8 @@ def rewrite_chat(
     if d.strategy == "cot":
         out["messages"] = [{"role": "system", "content": COT_INSTRUCTION},
                            *out.get("messages", [])]
+    elif d.strategy == "fewshot":  # `examples`: the decision's category's
+        out["messages"] = with_examples(out.get("messages", []), examples)
     return out
 
 

@@ -50,10 +50,12 @@ async def chat(request: Request) -> Response:
         default_max = gw.planner.catalog.defaults.max_tokens
 
         message = gw.planner.catalog.routing.budget_message
+        shots = gw.planner.examples
 
         def body_for(d: Decision, b: Backend) -> dict[str, Any]:
             return rewrite_chat(body, d, b, default_max, req.token_limit,
-                                req.limit_includes_thinking, message)
+                                req.limit_includes_thinking, message,
+                                shots.get(d.category, ()))
 
         fw = gw.planner.plan(Ask(
             req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
