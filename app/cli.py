@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -228,6 +228,30 @@ def _usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _live_report(args: argparse.Namespace) -> dict[str, Any] | None:
+    """GET /v1/report of the gateway at args.gateway (the admin key from
+    --key or JOULEGATE_API_KEY where it asks for one)."""
+    import os
+
+    import httpx
+
+    key = args.key or os.environ.get("JOULEGATE_API_KEY")
+    params = {"since": args.since, **({"reference": args.reference} if args.reference else {})}
+    try:
+        r = httpx.get(args.gateway.rstrip("/") + "/v1/report", params=params, timeout=30,
+                      headers={"authorization": f"Bearer {key}"} if key else {})
+    except httpx.HTTPError as exc:
+        print(f"joulegate report: cannot reach {args.gateway}: {exc}", file=sys.stderr)
+        return None
+    if r.status_code != 200:
+        print(f"joulegate report: {args.gateway} answered {r.status_code}: {r.text[:300]}",
+              file=sys.stderr)
+        return None
+    out: dict[str, Any] = r.json()
+    out.pop("object", None)
+    return out
+
+
 def _report(args: argparse.Namespace) -> int:
     import json
 
@@ -239,16 +263,21 @@ def _report(args: argparse.Namespace) -> int:
     if since is None:
         return 2
     settings = Settings()
-    catalog = _catalog(args, settings)
-    if catalog is None:
-        return 2
-    ledger = SpendLedger(settings.database())
-    try:
-        groups = ledger.report_groups(since)
-    finally:
-        ledger.close()
-    report = {"since": args.since, **build_report(groups, catalog_curves(catalog),
-                                                  args.reference)}
+    if args.gateway:  # a live gateway's: the same figures, and its devices' tail energy
+        report = _live_report(args)
+        if report is None:
+            return 1
+    else:
+        catalog = _catalog(args, settings)
+        if catalog is None:
+            return 2
+        ledger = SpendLedger(settings.database())
+        try:
+            groups = ledger.report_groups(since)
+        finally:
+            ledger.close()
+        report = {"since": args.since, **build_report(groups, catalog_curves(catalog),
+                                                      args.reference)}
     print(json.dumps(report, indent=2) if args.json else table(report))
     if args.plot:
         from app.tools.report_plot import plot_report
@@ -409,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the one with most requests)")
     report.add_argument("--json", action="store_true", help="the whole report as JSON")
     report.add_argument("--plot", help="also draw it into this PNG")
+    report.add_argument("--gateway", help="a live gateway's report (URL; with its devices' "
+                        "tail energy) instead of reading the usage database")
+    report.add_argument("--key", help="the admin key for --gateway (default: "
+                        "JOULEGATE_API_KEY)")
     report.set_defaults(func=_report)
     agent = sub.add_parser("agent", help="meter the GPUs of this host for remote gateways")
     agent.add_argument("--models", help="models.yaml path (its devices are metered)")

@@ -192,6 +192,13 @@ def table(report: Mapping[str, Any]) -> str:
     lines.append(f"reference category: {report['reference_category']}; energy source: "
                  f"{sources}; /linear and /curve: measured over the tokens x constant and "
                  "the curve-alone predictions")
+    devices = (report.get("devices") or {}).get("data") or {}
+    for name, d in devices.items():  # a live gateway's: since it started
+        share = d["tail_share_of_active"]
+        lines.append(f"device {name} ({d['source']}), since start: {d['measured_j']:.1f} J "
+                     f"measured = {d['idle_j']:.1f} idle + {d['attributed_j']:.1f} requests "
+                     f"+ {d['tail_j']:.1f} tail" + (f" ({share:.1%} of active)"
+                                                    if share is not None else ""))
     return "\n".join(lines)
 
 

@@ -62,7 +62,7 @@ def test_the_report_on_a_live_gateway(workers: Workers, tmp_path: Path, database
         assert set(report["by_backend"]) <= {"small-llamacpp", "large-llamacpp"}
         assert report["mean_divergence_by_backend"]
         # each device's split since start: idle + attributed + tail = measured
-        (dev,) = report["devices"]["data"].values()
+        ((dev_name, dev),) = report["devices"]["data"].items()
         assert dev["source"] == "nvml" and dev["measured_j"] > 0
         assert dev["idle_j"] + dev["attributed_j"] + dev["tail_j"] == pytest.approx(
             dev["measured_j"], abs=0.01)
@@ -72,6 +72,15 @@ def test_the_report_on_a_live_gateway(workers: Workers, tmp_path: Path, database
         time.sleep(2.5)  # the new key is read within 2 s
         theirs = httpx.get(gw.v1 + "/report", headers={"authorization": f"Bearer {new['key']}"})
         assert theirs.status_code == 403  # every key's requests: the admin's alone
+        # the CLI on the live gateway: the same table, and the devices' tail
+        live = _cli(tmp_path, "report", "--since", "1h", "--gateway", gw.url, "--key", admin)
+        assert live.returncode == 0, live.stderr
+        assert "reference category" in live.stdout and " tail" in live.stdout
+        live_js = _cli(tmp_path, "report", "--since", "1h", "--json", "--gateway", gw.url,
+                       "--key", admin)
+        assert json.loads(live_js.stdout)["devices"]["data"].keys() == {dev_name}
+        refused = _cli(tmp_path, "report", "--gateway", gw.url, "--key", new["key"])
+        assert refused.returncode == 1 and "403" in refused.stderr
     cli = _cli(tmp_path, "report", "--since", "1h", database=database)
     assert cli.returncode == 0, cli.stderr
     assert "reference category" in cli.stdout and ref in cli.stdout
