@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -228,30 +228,6 @@ def _usage(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live_report(args: argparse.Namespace) -> dict[str, Any] | None:
-    """GET /v1/report of the gateway at args.gateway (the admin key from
-    --key or JOULEGATE_API_KEY where it asks for one)."""
-    import os
-
-    import httpx
-
-    key = args.key or os.environ.get("JOULEGATE_API_KEY")
-    params = {"since": args.since, **({"reference": args.reference} if args.reference else {})}
-    try:
-        r = httpx.get(args.gateway.rstrip("/") + "/v1/report", params=params, timeout=30,
-                      headers={"authorization": f"Bearer {key}"} if key else {})
-    except httpx.HTTPError as exc:
-        print(f"joulegate report: cannot reach {args.gateway}: {exc}", file=sys.stderr)
-        return None
-    if r.status_code != 200:
-        print(f"joulegate report: {args.gateway} answered {r.status_code}: {r.text[:300]}",
-              file=sys.stderr)
-        return None
-    out: dict[str, Any] = r.json()
-    out.pop("object", None)
-    return out
-
-
 def _report(args: argparse.Namespace) -> int:
     import json
 
@@ -264,8 +240,15 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     settings = Settings()
     if args.gateway:  # a live gateway's: the same figures, and its devices' tail energy
-        report = _live_report(args)
-        if report is None:
+        import os
+
+        from app.tools.live_report import Unavailable, live_report
+
+        try:
+            report = live_report(args.gateway, args.since, args.reference,
+                                 args.key or os.environ.get("JOULEGATE_API_KEY"))
+        except Unavailable as exc:
+            print(f"joulegate report: {exc}", file=sys.stderr)
             return 1
     else:
         catalog = _catalog(args, settings)
