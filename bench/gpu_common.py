@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -125,3 +127,28 @@ async def metered_run(nvml: Any, send: Callable[[httpx.AsyncClient, int, str], A
         wall = time.monotonic() - t0
         await asyncio.sleep(0.3)  # let the counter step past the end
         return nvml.read().counter_j - e0, wall
+
+
+async def timed_post(client: httpx.AsyncClient, url: str, body: dict[str, Any],
+                     headers: dict[str, str], failed: Counter[str]
+                     ) -> tuple[httpx.Response, float] | None:
+    """One chat request: (the response, its seconds per answer token, queueing
+    included), or None with the failure counted."""
+    t0 = time.perf_counter()
+    try:
+        r = await client.post(url, json=body, headers=headers, timeout=600)
+    except httpx.HTTPError as exc:
+        failed[type(exc).__name__] += 1
+        return None
+    if r.status_code != 200:
+        failed[str(r.status_code)] += 1
+        return None
+    done = r.json()["usage"]["completion_tokens"]
+    return r, (time.perf_counter() - t0) / max(1, done)
+
+
+def per_token_figures(per_token: list[float]) -> dict[str, float | None]:
+    """p50 and p99 of seconds per answer token."""
+    xs = sorted(per_token)
+    return {"s_per_token_p50": statistics.median(xs) if xs else None,
+            "s_per_token_p99": xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else None}

@@ -44,7 +44,15 @@ from app.catalog import Catalog, parse_catalog
 from app.factory import Seams
 from app.tools.embedded import free_port, run_gateway
 from app.tools.workload import KIND_SHARE, WORKLOADS
-from bench.gpu_common import ROOT, engine_build, project_commit, start_llama, write_json
+from bench.gpu_common import (
+    ROOT,
+    engine_build,
+    per_token_figures,
+    project_commit,
+    start_llama,
+    timed_post,
+    write_json,
+)
 from bench.gpu_routing import COT_TOKENS, DIRECT_TOKENS, QUALITY_TARGET, _body
 from telemetry.devices import DeviceSpec, make_reader
 
@@ -116,18 +124,12 @@ async def run_mode(v1: str, meter: Summed, mode: str, prompts: list[str], concur
 
     async def one(client: httpx.AsyncClient, i: int, text: str) -> None:
         async with sem:
-            t0 = time.perf_counter()
-            try:
-                r = await client.post(v1 + "/chat/completions", json=_body(body_mode, text),
-                                      headers=headers, timeout=600)
-            except httpx.HTTPError as exc:
-                failed[type(exc).__name__] += 1
+            got = await timed_post(client, v1 + "/chat/completions", _body(body_mode, text),
+                                   headers, failed)
+            if got is None:
                 return
-            if r.status_code != 200:
-                failed[str(r.status_code)] += 1
-                return
-            done = r.json()["usage"]["completion_tokens"]
-            per_token.append((time.perf_counter() - t0) / max(1, done))
+            r, seconds = got
+            per_token.append(seconds)
             act = f"{r.headers['x-joulegate-tier']}:{r.headers['x-joulegate-strategy']}"
             routes[act] += 1
             placed[r.headers.get("x-joulegate-placement", "replica 0").split(":")[0]] += 1
@@ -140,12 +142,9 @@ async def run_mode(v1: str, meter: Summed, mode: str, prompts: list[str], concur
         wall = time.monotonic() - t0
         await asyncio.sleep(0.3)  # the counters step past the end
         joules = meter.read_j() - e0
-    per_token.sort()
     n = len(per_token)
     return {"joules": joules, "wall_s": wall, "answered": n,
-            "joules_per_request": joules / max(1, n),
-            "s_per_token_p50": statistics.median(per_token) if n else None,
-            "s_per_token_p99": per_token[min(n - 1, int(0.99 * n))] if n else None,
+            "joules_per_request": joules / max(1, n), **per_token_figures(per_token),
             "expected_quality": statistics.fmean(expected) if expected else None,
             "routes": dict(routes), "replicas": dict(placed), "failed": dict(failed)}
 

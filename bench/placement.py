@@ -33,7 +33,14 @@ import httpx
 from app.catalog import Catalog, parse_catalog
 from app.factory import Seams
 from app.tools.embedded import free_port, run_gateway
-from bench.gpu_common import engine_build, project_commit, start_llama, write_json
+from bench.gpu_common import (
+    engine_build,
+    per_token_figures,
+    project_commit,
+    start_llama,
+    timed_post,
+    write_json,
+)
 from telemetry.devices import DeviceSpec, make_reader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,20 +75,12 @@ async def burst(v1: str, n: int, concurrency: int, tokens: int, reader: Any
 
     async def one(client: httpx.AsyncClient, i: int) -> None:
         async with sem:
-            t0 = time.perf_counter()
-            try:
-                r = await client.post(v1 + "/chat/completions", timeout=600, json={
-                    "model": "large", "max_tokens": tokens, "ignore_eos": True,
-                    "messages": [{"role": "user", "content": f"Request {i}: write on."}]})
-            except httpx.HTTPError as exc:
-                failed[type(exc).__name__] += 1
-                return
-            if r.status_code != 200:
-                failed[str(r.status_code)] += 1
-                return
-            done = r.json()["usage"]["completion_tokens"]
-            per_token.append((time.perf_counter() - t0) / max(1, done))
-            replicas[r.headers.get("x-joulegate-placement", "one").split(":")[0]] += 1
+            got = await timed_post(client, v1 + "/chat/completions", {
+                "model": "large", "max_tokens": tokens, "ignore_eos": True,
+                "messages": [{"role": "user", "content": f"Request {i}: write on."}]}, {}, failed)
+            if got is not None:
+                per_token.append(got[1])
+                replicas[got[0].headers.get("x-joulegate-placement", "one").split(":")[0]] += 1
 
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=64)) as client:
         await asyncio.sleep(1.0)
@@ -90,13 +89,9 @@ async def burst(v1: str, n: int, concurrency: int, tokens: int, reader: Any
         wall = time.monotonic() - t0
         await asyncio.sleep(0.3)  # the counter steps past the end
         joules = reader.read().counter_j - e0
-    per_token.sort()
     return {"joules": joules, "wall_s": wall, "answered": len(per_token),
             "joules_per_request": joules / max(1, len(per_token)),
-            "s_per_token_p50": statistics.median(per_token) if per_token else None,
-            "s_per_token_p99": per_token[min(len(per_token) - 1, int(0.99 * len(per_token)))]
-            if per_token else None,
-            "replicas": dict(replicas), "failed": dict(failed)}
+            **per_token_figures(per_token), "replicas": dict(replicas), "failed": dict(failed)}
 
 
 def mean_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
