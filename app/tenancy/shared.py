@@ -25,6 +25,7 @@ import asyncio
 import logging
 import math
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ log = logging.getLogger("joulegate.shared")
 WINDOW_S = 60
 HOLD_TTL_S = 900  # a reservation its gateway never settled (killed) lapses after this
 PROBE_EVERY_S = 0.5
+UNSENT_MAX = 10_000  # settles kept while Redis is down, sent when it answers again
 CHECK_S = 1.0  # a PING slower than this: Redis is down
 MAX_CONNECTIONS = 32  # per gateway process: a burst waits for one, no connect storm
 
@@ -159,6 +161,10 @@ class SharedState:
         self._check: asyncio.Task[None] | None = None
         self._probe: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Settles that could not be sent (Redis down): their holds would stay
+        # held, and their joules unspent, until HOLD_TTL_S; sent on recovery.
+        self._unsent: deque[tuple[list[str], list[str | int]]] = deque(maxlen=UNSENT_MAX)
+        self.unsent_dropped = 0
         self._me = secrets.token_hex(4)  # this gateway's prefix for window members
         self._n = 0
         self._admit = self._redis.register_script(_ADMIT)
@@ -225,10 +231,35 @@ class SharedState:
 
     def settle(self, key_id: str, hold_id: str, net_j: float, period: int,
                spent_ttl_s: int) -> None:
-        """Release a reservation (if still held) and add the joules it cost."""
-        self._background(lambda: self._settle(
-            keys=self._hold_keys(key_id, period),
-            args=[hold_id, repr(float(net_j)), spent_ttl_s]))
+        """Release a reservation (if still held) and add the joules it cost; kept
+        and sent when Redis answers again if it is down now (never sent twice:
+        one that timed out may still land, so it is not kept)."""
+        keys = self._hold_keys(key_id, period)
+        args: list[str | int] = [hold_id, repr(float(net_j)), spent_ttl_s]
+        if not self.up:
+            if len(self._unsent) == self._unsent.maxlen:
+                self.unsent_dropped += 1
+            self._unsent.append((keys, args))
+            return
+        self._background(lambda: self._settle(keys=keys, args=args))
+
+    async def _send_unsent(self) -> None:
+        """The settles kept while Redis was down, oldest first; stops (keeping
+        the rest) if Redis goes away again."""
+        sent = 0
+        while self._unsent and self.up:
+            keys, args = self._unsent[0]
+            try:
+                await asyncio.wait_for(self._settle(keys=keys, args=args), CHECK_S)
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._down(exc)
+                break
+            self._unsent.popleft()
+            sent += 1
+        if sent:
+            log.warning("shared limits: sent %d settles kept while Redis was down%s", sent,
+                        f" ({self.unsent_dropped} dropped: more than {UNSENT_MAX} waited)"
+                        if self.unsent_dropped else "")
 
     @staticmethod
     def _hold_keys(key_id: str, period: int) -> list[str]:
@@ -291,6 +322,10 @@ class SharedState:
             log.warning("shared limits: Redis at %s answers again; limits are shared",
                         self._url)
             self._set_up(True)
+            if self._unsent:  # a task of its own: this probe is over when it runs
+                task = asyncio.get_running_loop().create_task(self._send_unsent())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             return
 
     def _set_up(self, up: bool) -> None:

@@ -221,3 +221,49 @@ def test_a_hung_redis_costs_a_request_its_timeout_then_nothing(tmp_path: Path) -
         asyncio.run(go())
     finally:
         server.stop()
+
+
+def test_settles_made_while_redis_is_away_are_sent_when_it_answers(tmp_path: Path) -> None:
+    """A partition Redis survives (SIGSTOP, then SIGCONT): holds settled while
+    it did not answer are kept and sent when it answers again, so the key's
+    budget is not held for HOLD_TTL_S (15 min) by requests long finished."""
+    import os
+    import signal
+
+    server = RedisServer(tmp_path)
+    server.start()
+    assert server.proc is not None
+
+    async def go() -> None:
+        a, b = _gateways(server.url, 2)
+        a.shared = SharedState(server.url, 0.02)  # notices a silent Redis quickly
+        await _start([a, b])
+        k = key(joule_budget=100.0, budget_period="day")
+        holds = [await a.reserve(k, 40.0, 0.0) for _ in range(2)]
+        assert all(h is not None for h in holds)  # 80 of 100 held in Redis
+        os.kill(server.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        try:
+            await a.reserve(k, 1.0, 0.0)  # slow: the PING check finds Redis silent
+            deadline = time.monotonic() + 5
+            while a.shared.up:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            for h in holds:
+                a.settle(h, 5.0)  # the requests ended while Redis did not answer
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        deadline = time.monotonic() + 5
+        while a.shared._unsent:  # type: ignore[union-attr]  # probe, then sent
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        # The other gateway sees 10 J spent and nothing held (the 1 J reserved
+        # in the silence may have landed): nine holds of 10 J fit under 100
+        # (admitted while spent + held < budget). Had the settles been lost,
+        # 80 J would still be held: one.
+        made = [await b.reserve(k, 10.0, spent_j=0.0) for _ in range(12)]
+        assert sum(h is not None for h in made) == 9
+        await _close([a, b])
+    try:
+        asyncio.run(go())
+    finally:
+        server.stop()
