@@ -113,8 +113,7 @@ class Exchange:
         last: UpstreamError | None = None
         while True:
             try:
-                state = await pool.acquire(fw.decision.backend, tried)
-                self.placement = state.placement
+                state, self.placement = await pool.acquire_placed(fw.decision.backend, tried)
             except NoReplica:
                 if last is not None:  # every replica tried could not be reached
                     raise last from None

@@ -62,7 +62,6 @@ class ReplicaState:
     breaker: Breaker = field(default_factory=Breaker)
     outstanding: int = 0
     order: int = 0
-    placement: str = ""  # why the last request taken here was placed here
     # The waits (for a first byte) that end when the breaker opens.
     watches: set[asyncio.Timeout] = field(default_factory=set)
 
@@ -109,7 +108,7 @@ class ReplicaPool:
             b.name: [ReplicaState(b, r, order=i) for i, r in enumerate(b.replicas)]
             for b in catalog.backends
         }
-        self._queues: dict[str, deque[asyncio.Future[ReplicaState]]] = {
+        self._queues: dict[str, deque[asyncio.Future[tuple[ReplicaState, str]]]] = {
             b.name: deque() for b in catalog.backends}
         self._catalog = catalog
         self._queue_timeout_s = queue_timeout_s
@@ -127,7 +126,8 @@ class ReplicaPool:
                         for name, d in devices.items()}
 
     # -- admission --------------------------------------------------------
-    def _pick(self, backend: str, exclude: Collection[int]) -> ReplicaState | None:
+    def _pick(self, backend: str, exclude: Collection[int]) -> tuple[ReplicaState, str] | None:
+        """A free replica and why it was chosen ("" where there was no choice)."""
         now = self._clock()
         states = self._states[backend]
         free = [s for s in states if s.order not in exclude
@@ -135,7 +135,7 @@ class ReplicaPool:
         if not free:
             return None
         if len(free) == 1 and len(states) == 1:
-            return free[0]  # one replica: nothing to choose
+            return free[0], ""  # one replica: nothing to choose
         on_device: Counter[str] = Counter()  # every backend's requests, by device
         for s in self._all:
             on_device[s.replica.device] += s.outstanding
@@ -145,9 +145,7 @@ class ReplicaPool:
         curve = self._curves.get(b.name)
         chosen = place(candidates, curve, b.max_batch or DEFAULT_MAX_BATCH) if curve \
             else least_outstanding(candidates)
-        s = states[chosen.order]
-        s.placement = chosen.reason
-        return s
+        return states[chosen.order], chosen.reason
 
     def _take(self, s: ReplicaState) -> ReplicaState:
         s.outstanding += 1
@@ -157,15 +155,22 @@ class ReplicaPool:
 
     async def acquire(self, backend: str, exclude: Collection[int] = ()) -> ReplicaState:
         """A slot on a replica (not one of `exclude`, by order); may wait in the queue."""
+        return (await self.acquire_placed(backend, exclude))[0]
+
+    async def acquire_placed(self, backend: str, exclude: Collection[int] = ()
+                             ) -> tuple[ReplicaState, str]:
+        """acquire(), and why that replica: the reason given when this slot was
+        taken (a queued request's own, not a later request's)."""
         picked = self._pick(backend, exclude)
         if picked is not None:
-            return self._take(picked)
+            return self._take(picked[0]), picked[1]
         if not self.backend_up(backend, exclude):
             raise NoReplica(backend, self.retry_after_s(backend))
         queue = self._queues[backend]
         if len(queue) >= self._states[backend][0].backend.max_queue:
             raise Overloaded(backend)
-        waiter: asyncio.Future[ReplicaState] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[tuple[ReplicaState, str]] = \
+            asyncio.get_running_loop().create_future()
         queue.append(waiter)
         try:
             async with asyncio.timeout(self._queue_timeout_s):
@@ -175,7 +180,7 @@ class ReplicaPool:
         except asyncio.CancelledError:
             # Given a slot in the same instant it was cancelled: hand it back.
             if waiter.done() and not waiter.cancelled():
-                self.release(waiter.result())
+                self.release(waiter.result()[0])
             raise
         finally:
             with contextlib.suppress(ValueError):
@@ -198,7 +203,7 @@ class ReplicaPool:
             picked = self._pick(backend, ())
             if picked is None:
                 return
-            queue.popleft().set_result(self._take(picked))
+            queue.popleft().set_result((self._take(picked[0]), picked[1]))
 
     def report(self, s: ReplicaState, ok: bool) -> None:
         """A request's outcome for the replica's breaker."""

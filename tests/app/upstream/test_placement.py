@@ -75,11 +75,35 @@ def test_released_slots_and_placement_reasons() -> None:
     async def run() -> None:
         c = catalog()
         pool = ReplicaPool(c, curves=catalog_curves(c))
-        a = await pool.acquire("small-llamacpp")
-        assert a.placement.startswith("replica 0: an idle replica")
-        b = await pool.acquire("small-llamacpp")
-        assert b.order == 0 and "joins a batch of 1" in b.placement
+        a, why_a = await pool.acquire_placed("small-llamacpp")
+        assert why_a.startswith("replica 0: an idle replica")
+        b, why_b = await pool.acquire_placed("small-llamacpp")
+        assert b.order == 0 and "joins a batch of 1" in why_b
         pool.release(a)
         pool.release(b)
         assert (await pool.acquire("small-llamacpp")).order == 0
+    asyncio.run(run())
+
+
+def test_a_queued_request_keeps_its_own_placement_reason() -> None:
+    """A slot given to a waiting request keeps the reason it was taken with,
+    though another request takes the same replica for another reason before
+    the waiter runs again (stop 37's stale header)."""
+    async def run() -> None:
+        c = catalog()
+        c = c.model_copy(update={"backends": [b.model_copy(update={"replicas": [
+            r.model_copy(update={"max_concurrency": 3}) for r in b.replicas]})
+            for b in c.backends]})
+        pool = ReplicaPool(c, curves=catalog_curves(c))
+        held = [await pool.acquire("small-llamacpp") for _ in range(6)]  # 0,0,0,1,1,1
+        on_0 = [s for s in held if s.order == 0]
+        waiter = asyncio.create_task(pool.acquire_placed("small-llamacpp"))
+        await asyncio.sleep(0)  # queued: every slot is taken
+        pool.release(on_0[0])  # the waiter gets replica 0, joining a batch of 2
+        pool.release(on_0[1])
+        pool.release(on_0[2])
+        now, why_now = await pool.acquire_placed("small-llamacpp")  # before the waiter runs
+        assert now.order == 0 and "joins a batch of 1" in why_now
+        s, why = await waiter
+        assert s.order == 0 and "joins a batch of 2" in why, why
     asyncio.run(run())
