@@ -92,7 +92,7 @@ class Exchange:
         self.usage_event: dict[str, Any] | None = None
         self.decode = 0
         self.thinking = 0  # of `decode`, the tokens inside the think span
-        self._reasons = bool(fw.decision.thinking_budget)  # count them?
+        self._reasons = fw.reasoning  # count them? (any reasoning backend's, asked by name too)
         self._inline = InlineThinking() if fw.reasoning else None
         self.figure: EnergyFigure | None = None
         self.usage: dict[str, Any] | None = None

@@ -73,6 +73,19 @@ def test_a_budget_that_runs_out_closes_the_span_and_answers(gw: RunningGateway) 
     assert usage.completion_tokens <= 16 + 24 + 20  # budget, closing line, max_tokens
 
 
+def test_a_reasoning_model_asked_by_name_counts_its_thinking(gw: RunningGateway) -> None:
+    """No budget from anyone: the model thinks as its engine lets it, and the
+    usage still says how many tokens were thinking."""
+    r = httpx.post(gw.v1 + "/chat/completions", timeout=60, json={
+        "model": "large", "messages": MATH, "max_tokens": 24, "ignore_eos": True,
+        **NO_STRAY_TAGS}).json()
+    thought = r["choices"][0]["message"].get("reasoning_content")
+    usage = r["usage"]
+    assert thought and usage["completion_tokens"] == 24
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == usage["thinking_tokens"]
+    assert 0 < usage["thinking_tokens"] <= 24
+
+
 def test_no_thinking_and_streamed_thinking(gw: RunningGateway) -> None:
     r = httpx.post(gw.v1 + "/chat/completions", timeout=60, json={
         "model": "large", "messages": MATH, "max_tokens": 12, "ignore_eos": True,
