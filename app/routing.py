@@ -82,6 +82,10 @@ class LengthBook:
 def build_router(catalog: Catalog, book: LengthBook) -> Router:
     r = catalog.routing
     classifier = load_classifier(catalog.path(r.classifier) if r.classifier else CLASSIFIER)
+    unknown = sorted(set(r.few_shot) - set(classifier.labels))
+    if unknown:
+        log.warning("routing.few_shot: %s not among the classifier's categories (%s): "
+                    "never offered", ", ".join(unknown), ", ".join(classifier.labels))
     actions = [ActionSpec(b.tier, b.name, s, b.reasoning)
                for t in catalog.tiers for b in catalog.backends_of(t) for s in r.strategies]
     if r.few_shot:  # examples help a model that answers directly (router.fewshot)

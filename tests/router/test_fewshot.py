@@ -101,3 +101,18 @@ def test_models_file_names_an_examples_file(tmp_path: Path) -> None:
     models.write_text(head + "routing: {few_shot: {code: bad.yaml}}\n")
     with pytest.raises(CatalogError, match="assistant"):
         load_catalog(models)
+
+
+def test_a_category_the_classifier_does_not_know_is_named_at_start(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from app.catalog import parse_catalog
+    from app.routing import LengthBook, build_router
+
+    catalog = parse_catalog({
+        "tiers": ["small"], "devices": [{"name": "d", "source": "estimate"}],
+        "backends": [{"name": "s", "kind": "llamacpp", "tier": "small", "model": "m",
+                      "replicas": [{"url": "http://127.0.0.1:1", "device": "d"}]}],
+        "routing": {"few_shot": {"coding": [{"user": "q", "assistant": "a"}]}}})
+    with caplog.at_level("WARNING", "joulegate.routing"):
+        build_router(catalog, LengthBook(None))
+    assert "coding not among the classifier's categories" in caplog.text
