@@ -29,6 +29,7 @@ from app.forward import sse
 from app.forward.plan import Forward
 from app.forward.usage import (
     InlineThinking,
+    cached_tokens,
     chunk_text,
     chunk_thinks,
     loop_chunk,
@@ -321,7 +322,7 @@ class Exchange:
         self.usage = usage
         row = None
         if self.count:  # on disk before the answer leaves: a kill -9 loses no row
-            row = self._row(prompt, completion, ended_s)
+            row = self._row(prompt, completion, ended_s, cached_tokens(usage))
             try:
                 p.on_answered(row)
             except Exception:
@@ -329,7 +330,8 @@ class Exchange:
         asyncio.get_running_loop().call_soon(self._record, prompt, completion, ended_s, row)
         return self.figure
 
-    def _row(self, prompt: int, completion: int, ended_s: float) -> UsageRow:
+    def _row(self, prompt: int, completion: int, ended_s: float, cached: int | None
+             ) -> UsageRow:
         fw, d, fig = self.fw, self.fw.decision, self.figure
         return UsageRow(
             time.time(), fw.key.id if fw.key else None, fw.key.name if fw.key else None,
@@ -338,7 +340,7 @@ class Exchange:
             fig.source if fig else "unavailable", ended_s - fw.received_at,
             self.window or uuid.uuid4().hex, fig.final if fig else None, fw.asked or None,
             None if d.baseline_joules is None or d.expected_joules is None
-            else d.baseline_joules - d.expected_joules)
+            else d.baseline_joules - d.expected_joules, cached)
 
     def _record(self, prompt: int, completion: int, ended_s: float,
                 row: UsageRow | None) -> None:

@@ -129,6 +129,13 @@ def loop_chunk(last: dict[str, Any] | None) -> dict[str, Any]:
     return {**base, "choices": [choice]}
 
 
+def cached_tokens(usage: object) -> int | None:
+    """The prompt tokens a worker says it had cached, where it says."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) and cached >= 0 else None
+
+
 def usage_tokens(usage: object, prompt_default: int, completion_default: int) -> tuple[int, int]:
     """(prompt tokens computed, completion tokens); cached prompt tokens cost no prefill."""
     if not isinstance(usage, dict):

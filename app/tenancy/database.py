@@ -57,7 +57,7 @@ USAGE = Table(
     Column("prompt_tokens", Integer), Column("completion_tokens", Integer),
     Column("energy_net_j", Float), Column("energy_gross_j", Float), Column("source", Text),
     Column("latency_s", Float), Column("request_id", Text), Column("energy_final", Boolean),
-    Column("model", Text), Column("saved_j", Float),
+    Column("model", Text), Column("saved_j", Float), Column("cached_tokens", Integer),
     Index("usage_key_time", "key_id", "time"))
 TABLES = {t.name: t for t in (API_KEYS, USAGE)}
 # Bound values in one statement: SQLite's lowest default limit (builds before

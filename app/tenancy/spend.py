@@ -57,6 +57,9 @@ class UsageRow:
     energy_final: bool | None = None  # the counter settled the figure (None: no figure)
     model: str | None = None  # the model name the client asked for
     saved_j: float | None = None  # expected joules saved against always-large (routed)
+    # Prompt tokens the worker had cached (not in prompt_tokens, which counts
+    # the tokens it computed); with them, the prompt the client was billed.
+    cached_tokens: int | None = None
 
 
 COLUMNS = [f.name for f in fields(UsageRow)]
@@ -245,6 +248,7 @@ class SpendLedger:
                else cast(U.time / 86400, Integer)).label("day")
         groups = self._db.execute(
             select(day, U.backend, func.count(), func.coalesce(func.sum(U.prompt_tokens), 0),
+                   func.coalesce(func.sum(U.cached_tokens), 0),
                    func.coalesce(func.sum(U.completion_tokens), 0),
                    func.coalesce(func.sum(U.energy_net_j), 0.0),
                    func.coalesce(func.sum(U.saved_j), 0.0))
@@ -335,10 +339,11 @@ def _where(key_id: str | None, since: float) -> list[ColumnElement[bool]]:
     return [U.key_id == key_id, U.time >= since]
 
 
-def _add(into: dict[str, Any], requests: int, prompt: int, completion: int,
+def _add(into: dict[str, Any], requests: int, prompt: int, cached: int, completion: int,
          net_j: float, saved_j: float) -> None:
     into["requests"] = into.get("requests", 0) + int(requests)
     into["prompt_tokens"] = into.get("prompt_tokens", 0) + int(prompt)
+    into["cached_tokens"] = into.get("cached_tokens", 0) + int(cached)
     into["completion_tokens"] = into.get("completion_tokens", 0) + int(completion)
     into["energy_net_j"] = into.get("energy_net_j", 0.0) + float(net_j)
     into["saved_expected_j"] = into.get("saved_expected_j", 0.0) + float(saved_j)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -405,3 +406,25 @@ def test_the_gateway_says_its_own_time_and_energy(workers: Workers) -> None:
                 "messages": [{"role": "user", "content": "Say hi."}]}) as s:
             assert float(s.headers["x-joulegate-overhead-ms"]) > 0  # to the worker call
             s.read()
+
+
+def test_usage_rows_keep_the_cached_prompt_apart(workers: Workers, tmp_path: Path) -> None:
+    """The same prompt twice: the worker reuses its cache, the second row's
+    prompt_tokens count what was computed, and with cached_tokens they add up
+    to the prompt the client's usage shows."""
+    from tests.integration.test_keys import _until_rows
+
+    admin = "jg-admin-" + "c" * 40
+    h = {"authorization": f"Bearer {admin}"}
+    text = "Tell me about the history of the bicycle, from its first designs onwards."
+    with run_gateway(catalog_for([workers.small], [workers.large]), state_dir=tmp_path,
+                     admin_key=admin) as gw:
+        client = [httpx.post(gw.v1 + "/chat/completions", headers=h, timeout=60, json={
+            "model": "small", "messages": [{"role": "user", "content": text}],
+            "max_tokens": 4, "temperature": 0}).json()["usage"] for _ in range(2)]
+        rows = _until_rows(gw.v1, admin, 2)
+    first, second = sorted(rows["data"], key=lambda r: r["time"])[-2:]
+    assert first["prompt_tokens"] + (first["cached_tokens"] or 0) == client[0]["prompt_tokens"]
+    assert second["cached_tokens"] > 0
+    assert second["prompt_tokens"] + second["cached_tokens"] == client[1]["prompt_tokens"]
+    assert rows["totals"]["cached_tokens"] >= second["cached_tokens"]

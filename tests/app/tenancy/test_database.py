@@ -11,7 +11,7 @@ from app.tenancy.keys import KeyStore
 from app.tenancy.spend import COLUMNS
 
 ROW = (1.0, "k", "n", "auto", "small", "b", "direct", "chat", "ok", 10, 5, 1.0, 2.0, "nvml", 0.1,
-       "r", True, "auto", 0.5)
+       "r", True, "auto", 0.5, 3)
 
 
 def test_a_batch_is_written_whole_or_not_at_all(database: str) -> None:

@@ -40,7 +40,8 @@ def test_spend_counts_before_and_after_the_rows_are_written(database: str) -> No
     assert len(reopened.rows(None, 0.0)) == 4
     assert [r["energy_net_j"] for r in reopened.rows(None, 0.0, limit=2)] == [4.0, 50.0]
     totals = reopened.totals("k1", period_start("day", now))
-    assert totals["totals"] == {"requests": 2, "prompt_tokens": 20, "completion_tokens": 10,
+    assert totals["totals"] == {"requests": 2, "prompt_tokens": 20, "cached_tokens": 0,
+                                "completion_tokens": 10,
                                 "energy_net_j": 7.0, "saved_expected_j": 0.0}
     assert list(totals["by_model"]) == ["small"]
     day = time.strftime("%Y-%m-%d", time.gmtime(now))
