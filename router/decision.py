@@ -34,6 +34,9 @@ class Query:
     # max_tokens bounds thinking and answer together (max_completion_tokens);
     # otherwise a thinking budget comes on top of the answer's max_tokens.
     limit_includes_thinking: bool = False
+    # The request has messages that worked examples can go before (chat); a
+    # raw prompt (/v1/completions) has none: no `fewshot` action.
+    takes_examples: bool = True
 
 
 class Unroutable(Exception):

@@ -110,14 +110,16 @@ class Policy:
     def candidates(self, probs: Mapping[str, float], prompt_tokens: int,
                    max_tokens: int | None, concurrency: Mapping[str, int],
                    quality: Mapping[str, float] | None = None, difficulty: float = 0.0,
-                   ceiling: int | None = None, limit_includes_thinking: bool = False
-                   ) -> list[Candidate]:
+                   ceiling: int | None = None, limit_includes_thinking: bool = False,
+                   takes_examples: bool = True) -> list[Candidate]:
         """Every action, priced. `quality`: this request's expected quality per
         action (the complexity model); without it, the category table's.
         `difficulty`: the request's logit above the median item (thinking
         lengths); `ceiling`: the client's largest thinking budget (0: none);
         `limit_includes_thinking`: `max_tokens` bounds thinking and answer
-        together (the client's max_completion_tokens)."""
+        together (the client's max_completion_tokens); `takes_examples`: the
+        request has messages for worked examples to precede (not a raw
+        prompt)."""
         def q_of(key: str) -> float:
             return quality[key] if quality is not None and key in quality \
                 else self.quality.expected(probs, key)
@@ -132,6 +134,8 @@ class Policy:
                                        limit_includes_thinking)
                 continue
             if a.strategy == "fewshot":
+                if not takes_examples:
+                    continue
                 out += self._few_shot(a, key, cap, curve, probs, prompt_tokens, max_tokens,
                                       concurrency, q_of)
                 continue
