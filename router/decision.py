@@ -34,9 +34,10 @@ class Query:
     # max_tokens bounds thinking and answer together (max_completion_tokens);
     # otherwise a thinking budget comes on top of the answer's max_tokens.
     limit_includes_thinking: bool = False
-    # The request has messages that worked examples can go before (chat); a
-    # raw prompt (/v1/completions) has none: no `fewshot` action.
-    takes_examples: bool = True
+    # The request has messages a strategy can rewrite (chat: an instruction,
+    # worked examples, a thinking budget in the template); a raw prompt
+    # (/v1/completions) is sent as it is: direct actions only.
+    rewritable: bool = True
 
 
 class Unroutable(Exception):

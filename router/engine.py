@@ -83,7 +83,7 @@ class Router:
                 cx = complexity(small, large)
         cands = self.policy.candidates(probs, q.prompt_tokens, q.max_tokens, q.concurrency,
                                        quality, difficulty, q.thinking_ceiling,
-                                       q.limit_includes_thinking, q.takes_examples)
+                                       q.limit_includes_thinking, q.rewritable)
         return Assessment(probs, max(probs, key=lambda k: probs[k]), cx, cands)
 
     def decide(self, q: Query, explain: bool = True) -> Decision:

@@ -111,15 +111,14 @@ class Policy:
                    max_tokens: int | None, concurrency: Mapping[str, int],
                    quality: Mapping[str, float] | None = None, difficulty: float = 0.0,
                    ceiling: int | None = None, limit_includes_thinking: bool = False,
-                   takes_examples: bool = True) -> list[Candidate]:
+                   rewritable: bool = True) -> list[Candidate]:
         """Every action, priced. `quality`: this request's expected quality per
         action (the complexity model); without it, the category table's.
         `difficulty`: the request's logit above the median item (thinking
         lengths); `ceiling`: the client's largest thinking budget (0: none);
         `limit_includes_thinking`: `max_tokens` bounds thinking and answer
-        together (the client's max_completion_tokens); `takes_examples`: the
-        request has messages for worked examples to precede (not a raw
-        prompt)."""
+        together (the client's max_completion_tokens); `rewritable`: False for
+        a raw prompt, which is sent as it is (direct actions only)."""
         def q_of(key: str) -> float:
             return quality[key] if quality is not None and key in quality \
                 else self.quality.expected(probs, key)
@@ -128,14 +127,14 @@ class Policy:
         for a, key, cap, extra, curve in self._plans:
             if a.strategy == "cot" and ceiling == 0:
                 continue  # the client asked for no reasoning
+            if not rewritable and a.strategy != "direct":
+                continue  # nothing to put an instruction or examples into
             if a.reasoning:
                 out += self._reasoning(a, key, curve, probs, prompt_tokens, max_tokens,
                                        concurrency, q_of, difficulty, ceiling,
                                        limit_includes_thinking)
                 continue
             if a.strategy == "fewshot":
-                if not takes_examples:
-                    continue
                 out += self._few_shot(a, key, cap, curve, probs, prompt_tokens, max_tokens,
                                       concurrency, q_of)
                 continue

@@ -72,7 +72,7 @@ async def completions(request: Request) -> Response:
         text = req.prompt if isinstance(req.prompt, str) else " ".join(map(str, req.prompt))
         tokens = len(req.prompt) if req.prompt and isinstance(req.prompt[0], int) else None
         q = Query(text, tokens or estimate_tokens(text), req.token_limit, chosen, max_j,
-                  quality_target=quality_target(request), takes_examples=False)
+                  quality_target=quality_target(request), rewritable=False)
 
         default_max = gw.planner.catalog.defaults.max_tokens
 

@@ -64,7 +64,7 @@ def test_other_requests_get_none(shots_gateway: RunningGateway) -> None:
 
 
 def test_a_raw_prompt_gets_no_examples(shots_gateway: RunningGateway) -> None:
-    """/v1/completions has no messages to put examples before: no `fewshot`."""
+    """/v1/completions has no messages to rewrite: direct actions only."""
     client = openai.OpenAI(base_url=shots_gateway.v1, api_key="none")
     raw = client.completions.with_raw_response.create(model="auto", prompt=CODE)
-    assert raw.headers["x-joulegate-strategy"] != "fewshot"
+    assert raw.headers["x-joulegate-strategy"] == "direct"
