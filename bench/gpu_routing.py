@@ -176,7 +176,16 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
 ORDERS = {1: ("auto", "large", "small-cot"), 8: ("large", "auto", "small-cot", "auto", "large")}
 
 
-def phase_replay(s: Setup, n: int, workload: str) -> None:
+def replay_name(workload: str, concurrencies: tuple[int, ...]) -> str:
+    """gpu-routing-<workload>.json for the whole replay (c=1 and 8), with a
+    suffix for a part of it (e.g. -c1: one request at a time only)."""
+    part = "" if set(concurrencies) == set(ORDERS) else "-" + "-".join(
+        f"c{c}" for c in concurrencies)
+    return f"gpu-routing-{workload}{part}.json"
+
+
+def phase_replay(s: Setup, n: int, workload: str,
+                 concurrencies: tuple[int, ...] = tuple(ORDERS)) -> None:
     from collections import Counter
 
     from telemetry.devices import DeviceSpec, make_reader
@@ -197,7 +206,7 @@ def phase_replay(s: Setup, n: int, workload: str) -> None:
             by_kind.setdefault(kind, Counter())[act] += 1
         quality = [{f"{c['tier']}:{c['strategy']}": c["expected_quality"]
                     for c in d["candidates"]} for d in decisions]
-        for conc, order in ORDERS.items():
+        for conc, order in ((c, ORDERS[c]) for c in concurrencies):
             done: dict[str, list[dict[str, Any]]] = {}
             for m in order:
                 done.setdefault(m, []).append(
@@ -213,7 +222,8 @@ def phase_replay(s: Setup, n: int, workload: str) -> None:
             }
     c1 = results["c1"]
     trivial = [a for (kind, _), a in zip(mix, acts, strict=True) if kind.endswith(":easy")]
-    write_json(s.out / f"gpu-routing-{workload}.json", {
+    name = replay_name(workload, concurrencies)
+    write_json(s.out / name, {
         "device": reader.name, "driver": getattr(reader, "driver", "unknown"),
         "source": reader.source, "engine_build": engine_build(s.llama_server),
         "commit": project_commit(),
@@ -233,12 +243,13 @@ def phase_replay(s: Setup, n: int, workload: str) -> None:
         "savings_vs_large": c1["savings_vs_large"],
         "savings_vs_small_cot": c1["savings_vs_small_cot"],
         "quality_ratio_vs_large": c1["quality_ratio_vs_large"],
-        "concurrency_1": c1, "concurrency_8": results["c8"],
+        "concurrency_1": c1, "concurrency_8": results.get("c8"),
         "units": {"joules": "J, NVML counter delta over the whole mode (gross, incl. idle)",
                   "wall_s": "s", "savings_*": "fraction", "quality_*": "fraction"},
     })
-    plot_modes(s.out / f"gpu-routing-{workload}.png", results, ["auto", "large", "small-cot"],
-               ["tab:green", "tab:red", "tab:orange"])
+    if "c8" in results:
+        plot_modes(s.out / name.replace(".json", ".png"), results,
+                   ["auto", "large", "small-cot"], ["tab:green", "tab:red", "tab:orange"])
 
 
 def main() -> None:
@@ -260,8 +271,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     s = Setup(args.llama_server, args.models_dir, args.out,
               {"small": args.small, "large": args.large}, args.source, args.curves_dir)
+    concurrencies = tuple(int(c) for c in args.concurrency.split(","))
     done = args.out / ("gpu-curves.json" if args.phase == "calibrate"
-                       else f"gpu-routing-{args.workload}.json")
+                       else replay_name(args.workload, concurrencies))
     if done.exists():
         print(f"{done} exists: phase {args.phase} already done")
         return
@@ -272,7 +284,7 @@ def main() -> None:
                     (args.prompts, args.completions, args.concurrency)]
             phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
-            phase_replay(s, args.n, args.workload)
+            phase_replay(s, args.n, args.workload, concurrencies)
     finally:
         for p in procs:
             p.terminate()
