@@ -15,7 +15,8 @@
 # where .seed/a and .seed/b are `split -n 2` of the SmolLM2 GGUF
 # (bench/prepare_h200.sh --seed writes them) and SMOL_SHA256 its hash:
 #   JOULEGATE_COMMIT=<hash> SMOL_SHA256=<sha> bash bench/run_h200_session.sh
-# JOBS="placement seed-shots" limits a call to those jobs.
+# JOBS="placement seed-shots" limits a call to those jobs; REPLAY_CONCURRENCY=1
+# replays one request at a time only (~3.5 min instead of ~6).
 set -euo pipefail
 export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
 start=$(date +%s)
@@ -68,10 +69,11 @@ if [ -f "$smol" ] && fits seed-shots-cpu 200; then  # the GPU host's cores, RAPL
   done
   cp bench/results/seed-shots-gpu-host-cpu-*.json "$OUT_DIR/" && touch "$W/res/seed-shots-cpu.done"
 fi
-if [ -d .data ] && fits replay 330; then
+if [ -d "$JOULEGATE_DATA" ] && fits replay 330; then
   timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload chat-traffic \
+    --concurrency "${REPLAY_CONCURRENCY:-1,8}" \
     --llama-server "$W/bin/llama-server" --models-dir "$W/models" --out "$W/res" \
     --curves-dir "$W/curves" | tail -5
-  cp "$W"/res/gpu-routing-chat-traffic.* "$OUT_DIR/" && touch "$W/res/replay.done"
+  cp "$W"/res/gpu-routing-chat-traffic* "$OUT_DIR/" && touch "$W/res/replay.done"
 fi
 echo "done in $(( $(date +%s) - start )) s: $(cd "$W/res" && ls ./*.done 2>/dev/null | xargs)"
