@@ -266,9 +266,12 @@ class Ledger:
     def _settle(self, now: float) -> list[str]:
         """Settle pending spans in order; returns the windows that became final."""
         finals: list[str] = []
+        live, done = self._live, self._done
         while self._pending:
             a, b, energy = self._pending[0]
-            wins = [w for w in self._live.values() if w.overlaps(a, b)]
+            # Window.overlaps, inlined: this runs for every live window per step.
+            wins = [w for w in live.values()
+                    if w.opened_at < b and (w.closed_at is None or w.closed_at > a)]
             running = [w for w in wins if w.closed_at is None]
             blind = any(w.progress is None for w in running)
             if running and now - b < (self._blind_lag_s if blind else self._lag_s):
@@ -278,9 +281,9 @@ class Ledger:
             self._pending.pop(0)
             self._attribute(a, b, energy, wins)
             for w in wins:
-                if w.final:
+                if w.closed_at is not None and w.settled_until >= w.closed_at:  # final
                     w.compact()
-                    self._done[w.wid] = self._live.pop(w.wid)
+                    done[w.wid] = live.pop(w.wid)
                     finals.append(w.wid)
         return finals
 
@@ -302,24 +305,25 @@ class Ledger:
             works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
         total = sum(x[1] for x in works)
         self._work = (total / (b - a), batch)  # for provisional figures' shares
-        overlap_total = sum(w.overlap_s(a, b) for w in wins)
-        shares: dict[str, float] = {}
-        for w, work, pre in works:
+        overlaps = [w.overlap_s(a, b) for w in wins]
+        overlap_total = sum(overlaps)
+        idle_per_s = idle / (b - a) / len(wins) if wins else 0.0
+        attributed = 0.0
+        for (w, work, pre), overlap in zip(works, overlaps, strict=True):
             if total > 0:
                 f = work / total
             elif overlap_total > 0:
-                f = w.overlap_s(a, b) / overlap_total
+                f = overlap / overlap_total
             else:
                 f = 0.0
-            shares[w.wid] = attributable * f
-            w.net_j += attributable * f
+            share = attributable * f
+            attributed += share
+            w.net_j += share
             pre_f = pre / work if work > 0 else 0.0
-            w.prefill_j += attributable * f * pre_f
-            w.decode_j += attributable * f * (1 - pre_f)
-            if wins:
-                w.idle_share_j += idle * w.overlap_s(a, b) / (b - a) / len(wins)
+            w.prefill_j += share * pre_f
+            w.decode_j += share * (1 - pre_f)
+            w.idle_share_j += idle_per_s * overlap
             w.settled_until = b
-        attributed = sum(shares.values())
         self.attributed_j += attributed
         self.idle_j += idle
         self.unattributed_j += net - attributed
