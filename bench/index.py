@@ -44,6 +44,16 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                    "not lower, reverted", ""),
     "ab-give-index-c50.json": (AB + " --rounds 3 --connections 50", "give_spread by index "
                                "instead of slices: not faster, reverted", ""),
+    "ab-sliced-settle-c1.json": (AB + " --rounds 4", "the ledger settling a counter step in "
+                                 "slices of 16 windows, a 50 us sleep between: p99 at c=1", ""),
+    "ab-sliced-settle-yield-c1.json": (AB + " --rounds 4", "the same with sched_yield between "
+                                       "slices of 32: p99 not lower", ""),
+    "ab-sliced-settle-auto-c50.json": (AB + " --rounds 3 --connections 50 --model auto",
+                                       "settling in slices (and qualities by numpy): auto at "
+                                       "c=50 -10% req/s, reverted", ""),
+    "ab-qualities-numpy-auto-c50.json": (AB + " --rounds 3 --connections 50 --model auto",
+                                         "the router's per-action qualities as one numpy "
+                                         "product: -4% req/s, not kept", ""),
     "ab-spread-finals-c1.json": (AB + " --rounds 4", "final figures given 4 per turn of the "
                                  "loop: p99 at c=1", ""),
     "ab-spread-finals-c50.json": (AB + " --rounds 3 --connections 50", "final figures given 4 "

@@ -390,3 +390,54 @@ def test_a_request_shorter_than_a_step_gets_its_curve_s_estimate_not_zero() -> N
     final = ledger.result(wid)
     assert final is not None and final.final and final.net_j > 0
     check_invariant(ledger)
+
+
+def _many_short(n: int) -> tuple[Ledger, SteppingCounter, Clock, list[str]]:
+    """`n` requests of 20 ms in one counter step."""
+    ledger, counter, clock = make(lambda t: IDLE_W + (100.0 if 1.0 <= t < 1.05 else 0.0))
+    drive(ledger, counter, clock, 1.0)
+    closed = [ledger.open() for _ in range(n)]
+    clock.t = 1.02
+    for wid in closed:
+        ledger.close(wid, [(0.0, 0, 0), (0.02, 0, 2)])
+    return ledger, counter, clock, closed
+
+
+def test_a_large_step_is_settled_in_slices_that_let_requests_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step over many windows gives way between slices of SLICE_WINDOWS (the
+    lock free, the interpreter offered): requests opened and closed then, as
+    the event loop would, neither block on the step nor take a share of it;
+    the figures are those of a step settled at once. Mid-step, a window not
+    booked yet still counts the span in its provisional figure; a booked one
+    is final."""
+    import telemetry.ledger as ledger_module
+
+    n = 3 * ledger_module.SLICE_WINDOWS
+    ledger, counter, clock, closed = _many_short(n)
+    pauses: list[tuple[bool, float]] = []
+    fresh: list[str] = []
+
+    def loop_turn() -> None:  # what the event loop does while the sampler gives way
+        assert not ledger._lock.locked()
+        fresh.append(ledger.open())  # opened after the span: takes no share of it
+        ledger.close(fresh[-1], [])
+        first, last = ledger.result(closed[0]), ledger.result(closed[-1])
+        assert first is not None and last is not None
+        pauses.append((first.final, -1.0 if last.final else last.net_j))
+    monkeypatch.setattr(ledger_module, "_give_way", loop_turn)
+    drive(ledger, counter, clock, 1.15)
+    assert len(pauses) == 4  # 3 slices read, 3 booked: 2 + 2 pauses between them
+    assert not pauses[0][0] and pauses[0][1] > 0
+    assert pauses[2][0] and pauses[2][1] > 0  # first slice booked, last one pending
+    check_invariant(ledger)
+
+    monkeypatch.setattr(ledger_module, "SLICE_WINDOWS", 10 * n)  # at once
+    whole, counter, clock, at_once = _many_short(n)
+    drive(whole, counter, clock, 1.15)
+    figs = [ledger.result(w) for w in closed]
+    assert all(f is not None and f.final for f in figs)
+    assert [f.net_j for f in figs if f is not None] == pytest.approx(
+        [f.net_j for f in map(whole.result, at_once) if f is not None])
+    assert ledger.totals().attributed_j == pytest.approx(whole.totals().attributed_j)
+    assert all((f := ledger.result(w)) is not None and f.net_j == 0.0 for w in fresh)
