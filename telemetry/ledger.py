@@ -39,12 +39,8 @@ Final figures are kept for lookups (GET /v1/energy/{id}) for `keep_results_s`
 timelines: memory stays flat however many requests pass.
 
 Cost: settling runs on the sampler thread only, and each counter step costs
-O(windows live): requests running plus those closed within the last lag. It
-takes the lock a slice of SLICE_WINDOWS windows at a time and gives way
-between slices (a step of 90 windows, 1,800 short requests a second at
-20 Hz, held the lock and the interpreter ~0.4 ms at once: the p99 of
-requests arriving then). A request's `close` is O(its points) and never
-attributes anything.
+O(windows live): requests running plus those closed within the last lag. A
+request's `close` is O(its points) and never attributes anything.
 
 The idle baseline is configured or learned from quiet spans (no request for
 `quiet_s`), and re-learned whenever the device is quiet again.
@@ -52,7 +48,6 @@ The idle baseline is configured or learned from quiet spans (no request for
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter
@@ -65,22 +60,6 @@ from telemetry.window import Window, WindowNames, covered_s, span_tokens
 
 BACKGROUND_AFTER_S = 0.5  # a span this long after the last close shows background load
 BACKGROUND_HALF_LIFE_S = 30.0
-SLICE_WINDOWS = 16  # windows settled per hold of the lock
-GIVE_WAY_S = 50e-6  # the sampler's pause between slices: the event loop's turn
-
-
-@dataclass(frozen=True)
-class _Shares:
-    """One span split: its idle and net joules, what its windows take, the
-    work per second and batch sizes it saw, and per window (in order) its
-    net, prefill, decode and idle joules."""
-
-    idle: float
-    net: float
-    attributed: float
-    work_per_s: float
-    batch: Counter[TokenRates]
-    per_window: list[tuple[float, float, float, float]]
 
 
 @dataclass(frozen=True)
@@ -175,7 +154,7 @@ class Ledger:
             self.measured_j += delta
             self._last_counter, self._last_change_t = counter_j, t
             self._expire(t)
-        finals = self._settle(t)
+            finals = self._settle(t)
         if self.on_final is not None and finals:
             self.on_final(finals)
 
@@ -285,92 +264,52 @@ class Ledger:
 
     # -- attribution ----------------------------------------------------
     def _settle(self, now: float) -> list[str]:
-        """Settle pending spans in order; returns the windows that became final.
-        On the sampler thread, outside the lock except for slices of
-        SLICE_WINDOWS windows at a time: a step that settles hundreds of
-        windows holds neither the lock nor the interpreter for long, so the
-        requests being served (which open and close windows under the lock,
-        on the event loop) wait for a slice at most, not for the step."""
+        """Settle pending spans in order; returns the windows that became final."""
         finals: list[str] = []
-        while True:
-            with self._lock:
-                if not self._pending:
-                    return finals
-                a, b, energy = self._pending[0]
-                # Window.overlaps, inlined: this runs for every live window per step.
-                wins = [w for w in self._live.values()
-                        if w.opened_at < b and (w.closed_at is None or w.closed_at > a)]
-                running = [w for w in wins if w.closed_at is None]
-                blind = any(w.progress is None for w in running)
-                if running and now - b < (self._blind_lag_s if blind else self._lag_s):
-                    return finals
-            spans = self._spans(a, b, now, wins)
-            shares = self._shares(a, b, energy, wins, spans)
-            for i in range(0, len(wins), SLICE_WINDOWS):
-                with self._lock:
-                    for w, share in zip(wins[i:i + SLICE_WINDOWS],
-                                        shares.per_window[i:i + SLICE_WINDOWS], strict=True):
-                        w.net_j += share[0]
-                        w.prefill_j += share[1]
-                        w.decode_j += share[2]
-                        w.idle_share_j += share[3]
-                        w.settled_until = b
-                if i + SLICE_WINDOWS < len(wins):
-                    _give_way()
-            with self._lock:
-                # Popped only now: until its windows have their shares, a
-                # closing request's provisional figure counts the span as pending.
-                self._pending.pop(0)
-                self._book(a, b, energy, wins, shares)
-                live, done = self._live, self._done
-                for w in wins:
-                    if w.closed_at is not None and w.settled_until >= w.closed_at \
-                            and w.wid in live:  # final
-                        w.compact()
-                        done[w.wid] = live.pop(w.wid)
-                        finals.append(w.wid)
+        live, done = self._live, self._done
+        while self._pending:
+            a, b, energy = self._pending[0]
+            # Window.overlaps, inlined: this runs for every live window per step.
+            wins = [w for w in live.values()
+                    if w.opened_at < b and (w.closed_at is None or w.closed_at > a)]
+            running = [w for w in wins if w.closed_at is None]
+            blind = any(w.progress is None for w in running)
+            if running and now - b < (self._blind_lag_s if blind else self._lag_s):
+                break
+            for w in running:
+                w.sync(now)
+            self._pending.pop(0)
+            self._attribute(a, b, energy, wins)
+            for w in wins:
+                if w.closed_at is not None and w.settled_until >= w.closed_at:  # final
+                    w.compact()
+                    done[w.wid] = live.pop(w.wid)
+                    finals.append(w.wid)
+        return finals
 
-    def _spans(self, a: float, b: float, now: float, wins: list[Window]
-               ) -> list[tuple[float, float, float, float]]:
-        """Each window's (prompt tokens, answer tokens, context, overlap
-        seconds) in [a, b], a slice at a time under the lock (running windows
-        copy their progress first)."""
-        out: list[tuple[float, float, float, float]] = []
-        for i in range(0, len(wins), SLICE_WINDOWS):
-            with self._lock:
-                for w in wins[i:i + SLICE_WINDOWS]:
-                    if w.closed_at is None:
-                        w.sync(now)
-                    out.append((*span_tokens(w, a, b), w.overlap_s(a, b)))
-            if i + SLICE_WINDOWS < len(wins):
-                _give_way()
-        return out
-
-    def _shares(self, a: float, b: float, energy: float, wins: list[Window],
-                spans: list[tuple[float, float, float, float]]) -> _Shares:
-        """Split one span among the windows overlapping it (`spans`, in their
-        order): pure arithmetic on what `_spans` read, no window is touched."""
-        with self._lock:
-            idle_w = self._idle_w or 0.0
-            background = (self._background_j, self._background_s)
-            w_prefill = self._w
+    def _attribute(self, a: float, b: float, energy: float, wins: list[Window]) -> None:
+        """Split one span among the windows overlapping it, and book it."""
+        idle_w = self._idle_w or 0.0
         idle = min(energy, idle_w * (b - a))
         net = energy - idle
-        attributable = _attributable(a, b, net, wins, background)
+        if not wins:
+            self._learn_background(a, b, net)
+        attributable = self._attributable(a, b, net, wins)
+        spans = [(w, *span_tokens(w, a, b)) for w in wins]
         # Requests of one backend doing work in the span: the curve's batch size.
-        batch = Counter(w.rates for w, (dp, dd, _, _) in zip(wins, spans, strict=True)
-                        if dp + dd > 0)
+        batch = Counter(w.rates for w, dp, dd, _ in spans if dp + dd > 0)
         works = []
-        for w, (dp, dd, context, _) in zip(wins, spans, strict=True):
+        for w, dp, dd, context in spans:
             n = batch.get(w.rates, 1)
-            pre = dp * w.rates.prefill_rate(n, w_prefill)
-            works.append((pre + dd * w.rates.decode_rate(context, n), pre))
-        total = sum(x[0] for x in works)
-        overlap_total = sum(x[3] for x in spans)
+            pre = dp * w.rates.prefill_rate(n, self._w)
+            works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
+        total = sum(x[1] for x in works)
+        self._work = (total / (b - a), batch)  # for provisional figures' shares
+        overlaps = [w.overlap_s(a, b) for w in wins]
+        overlap_total = sum(overlaps)
         idle_per_s = idle / (b - a) / len(wins) if wins else 0.0
-        per_window = []
         attributed = 0.0
-        for (work, pre), (_, _, _, overlap) in zip(works, spans, strict=True):
+        for (w, work, pre), overlap in zip(works, overlaps, strict=True):
             if total > 0:
                 f = work / total
             elif overlap_total > 0:
@@ -379,20 +318,29 @@ class Ledger:
                 f = 0.0
             share = attributable * f
             attributed += share
+            w.net_j += share
             pre_f = pre / work if work > 0 else 0.0
-            per_window.append((share, share * pre_f, share * (1 - pre_f), idle_per_s * overlap))
-        return _Shares(idle, net, attributed, total / (b - a), batch, per_window)
-
-    def _book(self, a: float, b: float, energy: float, wins: list[Window],
-              shares: _Shares) -> None:
-        """The span's totals, under the lock once its windows have their shares."""
-        if not wins:
-            self._learn_background(a, b, shares.net)
-        self._work = (shares.work_per_s, shares.batch)  # for provisional figures' shares
-        self.attributed_j += shares.attributed
-        self.idle_j += shares.idle
-        self.unattributed_j += shares.net - shares.attributed
+            w.prefill_j += share * pre_f
+            w.decode_j += share * (1 - pre_f)
+            w.idle_share_j += idle_per_s * overlap
+            w.settled_until = b
+        self.attributed_j += attributed
+        self.idle_j += idle
+        self.unattributed_j += net - attributed
         self._learn(a, b, energy, wins)
+
+    def _attributable(self, a: float, b: float, net: float, wins: list[Window]) -> float:
+        """The part of a span's net energy its requests take: all but the
+        background's power over the time none of them covered, at least their
+        covered share."""
+        if not wins or net <= 0:
+            return 0.0 if not wins else net
+        covered = covered_s(wins, a, b)
+        uncovered = (b - a) - covered
+        if uncovered <= 0 or self._background_s <= 0:
+            return net
+        background_w = max(0.0, self._background_j / self._background_s)
+        return min(net, max(net * covered / (b - a), net - background_w * uncovered))
 
     def _learn_background(self, a: float, b: float, net: float) -> None:
         if a - self._last_close_t < BACKGROUND_AFTER_S:
@@ -491,25 +439,3 @@ class Ledger:
             if recent and len(self._done) <= self._keep_n:
                 break
             del self._done[w.wid]
-
-
-def _attributable(a: float, b: float, net: float, wins: list[Window],
-                  background: tuple[float, float]) -> float:
-    """The part of a span's net energy its requests take: all but the
-    background's power (`background`: decayed joules and seconds) over the
-    time none of them covered, at least their covered share."""
-    if not wins or net <= 0:
-        return 0.0 if not wins else net
-    covered = covered_s(wins, a, b)
-    uncovered = (b - a) - covered
-    background_j, background_s = background
-    if uncovered <= 0 or background_s <= 0:
-        return net
-    background_w = max(0.0, background_j / background_s)
-    return min(net, max(net * covered / (b - a), net - background_w * uncovered))
-
-
-def _give_way() -> None:
-    """Let the other threads (the event loop's) have the interpreter: a sleep
-    releases it; a plain release would often take it straight back."""
-    time.sleep(GIVE_WAY_S)
