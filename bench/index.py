@@ -206,6 +206,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                       "latency the gateway adds in front of real CPU workers", ""),
     "profile-auto-c50.json": ("python -m bench.profile_gateway --model auto --connections 50",
                               "py-spy profile of auto at c=50", ""),
+    "profile-small-c1-gil.json": ("python -m bench.profile_gateway --connections 1 --gil",
+                                  "who holds the interpreter at c=1: the event loop ~96%, "
+                                  "the sampler and the usage writer ~2% each", ""),
     "profile-small-c50.json": ("python -m bench.profile_gateway --connections 50",
                                "py-spy profile of the forced tier at c=50", ""),
     "route-eval-seeds.json": ("python -m bench.route_eval_seeds",

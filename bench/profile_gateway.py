@@ -3,8 +3,8 @@
 while wrk sends non-streamed chat requests, grouped by the package each
 sample's innermost frame is in, and by our own functions.
 
-    python -m bench.profile_gateway [--connections 50] [--model small] [--seconds 15]
-        ->  bench/results/profile-<model>-c<N>.json (collapsed stacks: .cache/profiles/)
+    python -m bench.profile_gateway [--connections 50] [--model small] [--seconds 15] [--gil]
+        ->  bench/results/profile-<model>-c<N>[-gil].json (collapsed stacks: .cache/profiles/)
 
 Needs nginx-light, wrk (Debian) and py-spy (PyPI); run as root (ptrace).
 """
@@ -69,6 +69,9 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--model", default="small", help="small (forced tier) or auto")
     parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--gil", action="store_true",
+                        help="only samples of the thread holding the interpreter (py-spy "
+                             "--gil): who keeps the event loop waiting")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jg-profile-"))
     upstream = start_nginx(work)
@@ -84,6 +87,7 @@ def main() -> None:
         pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         spy = subprocess.Popen([pyspy, "record", "--format", "raw", "--rate", "250",
                                 "--duration", str(args.seconds), "--nonblocking",
+                                *(["--gil"] if args.gil else []),
                                 "--pid", str(proc.pid), "--output", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         time.sleep(1)
@@ -100,7 +104,8 @@ def main() -> None:
         proc.terminate()
         proc.wait(timeout=30)
         stop_nginx(work)
-    out = ROOT / "bench" / "results" / f"profile-{args.model}-c{args.connections}.json"
+    gil = "-gil" if args.gil else ""
+    out = ROOT / "bench" / "results" / f"profile-{args.model}-c{args.connections}{gil}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     stacks = ROOT / ".cache" / "profiles" / out.with_suffix(".stacks.txt").name
     stacks.parent.mkdir(parents=True, exist_ok=True)
