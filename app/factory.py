@@ -45,6 +45,7 @@ from app.upstream.contexts import learned_contexts
 from app.upstream.http1 import Http1Transport
 from app.upstream.pool import HealthChecker, ReplicaPool
 from router.placeholder import PlaceholderRouter
+from telemetry.corewatts import CoreWatts, host_packages
 from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
 from telemetry.metrics import DeviceView, Metrics
 from telemetry.rates import TokenRates
@@ -204,8 +205,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                                     settings.policy, settings.body_timeout_seconds, keys=keys,
                                     admission=admission, spend=spend,
                                     curves=curves, devices=device_views)
-        flusher = asyncio.create_task(metrics.flushing(
-            own=(settings.cpu_watts_per_core, "estimate")))
+        core_watts = CoreWatts(settings.cpu_watts_per_core, host_packages())
+        flusher = asyncio.create_task(metrics.flushing(own=core_watts.rate))
         try:
             with _long_lived():
                 yield

@@ -66,8 +66,9 @@ class Settings(BaseSettings):
     # The admin key: manages keys through /v1/admin/keys and sees all usage.
     admin_key: str | None = None
     # The host's watts per busy CPU core, for the gateway's own joules
-    # (joulegate_gateway_energy_joules, source `estimate`): ~10 W is a server
-    # package's TDP over its cores (e.g. 205 W / 20 cores).
+    # (joulegate_own_energy_joules, source `estimate`) where RAPL cannot
+    # measure them (telemetry/corewatts.py): ~10 W is a server package's TDP
+    # over its cores (e.g. 205 W / 20 cores).
     cpu_watts_per_core: float = Field(default=OWN_WATTS_PER_CORE, gt=0, le=1000)
     # redis://host:6379/0: rate windows and joule holds shared by every gateway
     # (unset: each gateway process keeps its own)

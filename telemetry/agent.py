@@ -47,6 +47,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from telemetry.corewatts import CoreWatts, host_packages
 from telemetry.devices import MeteredDevice
 from telemetry.ledger import Ledger
 from telemetry.metrics import CONTENT_TYPE, OWN_WATTS_PER_CORE, Metrics
@@ -129,9 +130,11 @@ class AgentServer:
 
     def __init__(self, devices: dict[str, MeteredDevice], metrics: Metrics,
                  new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
-                 token: str | None = None) -> None:
+                 token: str | None = None, core_watts: CoreWatts | None = None) -> None:
         self.devices = devices
         self.metrics = metrics
+        # the host's watts per busy core, for the agent's own joules
+        self.core_watts = core_watts or CoreWatts(OWN_WATTS_PER_CORE)
         self.loop = new_loop()
         self._auth = None if token is None else f"Bearer {token}".encode()
         # (device, window) -> the gateway that opened it, while it is open; and
@@ -185,7 +188,7 @@ class AgentServer:
         headers = headers or {}
         if method == "GET":
             if path == "/metrics":  # with the agent's own CPU and joules so far
-                self.metrics.own_cost(OWN_WATTS_PER_CORE, "estimate")
+                self.metrics.own_cost(*self.core_watts.rate())
                 return 200, self.metrics.render(), CONTENT_TYPE
             if path == "/healthz":
                 return _json(200, {"status": "ok", "devices": sorted(self.devices)})
@@ -442,5 +445,6 @@ def start_agent(host: str, port: int, devices: dict[str, MeteredDevice], metrics
     `socket_path`: a Unix socket to serve on instead of host:port; `token`:
     required of every window call."""
     metrics.watch_devices(lambda: [d.view() for d in devices.values()])
-    server = AgentServer(devices, metrics, new_loop, token)
+    server = AgentServer(devices, metrics, new_loop, token,
+                         CoreWatts(OWN_WATTS_PER_CORE, host_packages()))
     return server, server.start(host, port, socket_path)

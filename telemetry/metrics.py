@@ -294,18 +294,19 @@ class Metrics:
         self._batch.inc(self._own_energy, (source,), spent * watts_per_core)
 
     async def flushing(self, every_s: float = FLUSH_EVERY_S,
-                       own: tuple[float, str] | None = None) -> None:
+                       own: Callable[[], tuple[float, str]] | None = None) -> None:
         """Flush every `every_s` until cancelled (then once more); with `own`
-        (watts per busy core, source), book this process's CPU and joules."""
+        (the host's watts per busy core and their source, telemetry.corewatts),
+        book this process's CPU and joules."""
         try:
             while True:
                 await asyncio.sleep(every_s)
                 if own is not None:
-                    self.own_cost(*own)
+                    self.own_cost(*own())
                 self.flush()
         finally:
             if own is not None:
-                self.own_cost(*own)
+                self.own_cost(*own())
             self.flush()
 
     def render(self) -> bytes:
