@@ -51,6 +51,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-sliced-settle-auto-c50.json": (AB + " --rounds 3 --connections 50 --model auto",
                                        "settling in slices (and qualities by numpy): auto at "
                                        "c=50 -10% req/s, reverted", ""),
+    "ab-sliced-settle-gated-c1.json": (AB + " --rounds 4", "settling in slices with pauses "
+                                       "only while at most 4 requests run: c=1 p99 not lower, "
+                                       "-10% req/s; not kept", ""),
     "ab-qualities-numpy-auto-c50.json": (AB + " --rounds 3 --connections 50 --model auto",
                                          "the router's per-action qualities as one numpy "
                                          "product: -4% req/s, not kept", ""),
@@ -209,6 +212,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "profile-small-c1-gil.json": ("python -m bench.profile_gateway --connections 1 --gil",
                                   "who holds the interpreter at c=1: the event loop ~96%, "
                                   "the sampler and the usage writer ~2% each", ""),
+    "profile-small-c50-gil.json": ("python -m bench.profile_gateway --connections 50 --gil",
+                                   "who holds the interpreter at c=50: the event loop ~96%, "
+                                   "the sampler 2.2%, the usage writer 1.5%", ""),
     "profile-small-c50.json": ("python -m bench.profile_gateway --connections 50",
                                "py-spy profile of the forced tier at c=50", ""),
     "route-eval-seeds.json": ("python -m bench.route_eval_seeds",
