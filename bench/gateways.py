@@ -1,7 +1,7 @@
 """Gateway overhead side by side: nginx direct (the floor), a bare FastAPI +
 aiohttp pass-through (the Python floor, bench/passthrough.py), joulegate, LiteLLM.
 
-    python -m bench.gateways [--seconds 10]   # bench/results/gateways.json and .png
+    python -m bench.gateways [--seconds 10] [--rounds 3]   # bench/results/gateways.json, .png
 
 Starts a fixed-answer upstream (Debian's nginx: a JSON chat answer and an SSE
 one, which joulegate needs since it always streams from workers), joulegate
@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -196,6 +197,9 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true",
                         help="cores of their own for each part (8 cores or more)")
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="every case this many times, in turns (the order reversed every "
+                             "other round); medians, and each ratio's median over the rounds")
     args = parser.parse_args()
     cpus = os.cpu_count() or 1
     if args.pin and cpus < 8:
@@ -222,7 +226,8 @@ def main() -> None:
     msg = [{"role": "user", "content": "What is the capital of France?"}]
     base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     results: dict[str, Any] = {"commit": project_commit(), "machine": f"{cpus} cores",
-                               "seconds": args.seconds, "tool": "wrk -t1", "runs": {}}
+                               "seconds": args.seconds, "tool": "wrk -t1",
+                               "rounds": args.rounds, "runs": {}}
     if args.pin:
         results["cores"] = {"joulegate, 1 process": sorted(PINNED[1]),
                             "joulegate, 2 processes and their agent": sorted(PINNED[2]),
@@ -251,20 +256,28 @@ def main() -> None:
                     {"model": "small"}) for n in gateways[1:]),
                  *((("LiteLLM proxy, 1 worker", "litellm", chat, {"model": "small"}),)
                    if "litellm" in procs else ())]
-        for name, target, path, body in cases:
-            body = {"messages": msg, **body}
-            for connections in (1, 50):
-                key = f"{name} c={connections}"
-                bearer = LITELLM_KEY if target == "litellm" else None
-                measured = procs.get(target)
-                before = tree_cpu_s(measured.pid) if measured else 0.0
-                run = wrk(base[target] + path, connections, args.seconds, body, work, bearer,
-                          pin(WRK_CORES))
-                if measured is not None and run["req_per_s"]:
-                    run["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(measured.pid) - before)
-                                                      / (run["req_per_s"] * args.seconds), 4)
-                results["runs"][key] = run
-                print(key, run, flush=True)
+        rounds: list[dict[str, dict[str, Any]]] = []
+        for r in range(args.rounds):
+            runs: dict[str, dict[str, Any]] = {}
+            for name, target, path, body in (cases if r % 2 == 0 else cases[::-1]):
+                body = {"messages": msg, **body}
+                for connections in (1, 50):
+                    key = f"{name} c={connections}"
+                    bearer = LITELLM_KEY if target == "litellm" else None
+                    measured = procs.get(target)
+                    before = tree_cpu_s(measured.pid) if measured else 0.0
+                    run = wrk(base[target] + path, connections, args.seconds, body, work,
+                              bearer, pin(WRK_CORES))
+                    if measured is not None and run["req_per_s"]:
+                        run["cpu_ms_per_request"] = round(
+                            1000 * (tree_cpu_s(measured.pid) - before)
+                            / (run["req_per_s"] * args.seconds), 4)
+                    runs[key] = run
+                    print(f"round {r + 1}", key, run, flush=True)
+            rounds.append(runs)
+        names = [c[0] for c in cases]
+        keys = [f"{n} c={c}" for n in names for c in (1, 50)]
+        results["runs"] = {k: _median_run([r[k] for r in rounds]) for k in keys}
         results["joulegate_rss_mb"] = round(rss_mb(procs["joulegate"].pid), 1)
         floor = results["runs"]["nginx direct c=1"]["p50_ms"]
         results["added_p50_ms_c1"] = {
@@ -275,7 +288,12 @@ def main() -> None:
                 for n in gateways[1:]}
         results["processes_speedup_c50"] = {str(n): round(rps / one, 2)
                                             for n, rps in more.items() if rps and one}
-        results["ratios"] = ratios(results["runs"], [c[0] for c in cases])
+        if args.rounds == 1:
+            results["ratios"] = ratios(results["runs"], names)
+        else:  # each round's ratios (its rows ran minutes apart at most), then their medians
+            results["by_round"] = rounds
+            results["ratios_by_round"] = [ratios(r, names) for r in rounds]
+            results["ratios"] = _median_ratios(results["ratios_by_round"])
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -285,6 +303,27 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         _plot(results, args.out.with_suffix(".png"))
         print(f"wrote {args.out}")
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's figures over the rounds: each field's median."""
+    out: dict[str, Any] = {}
+    for field in runs[0]:
+        values = [r[field] for r in runs if isinstance(r.get(field), int | float)]
+        out[field] = round(statistics.median(values), 4) if values else runs[0][field]
+    return out
+
+
+def _median_ratios(by_round: list[dict[str, dict[str, float | None]]]
+                   ) -> dict[str, dict[str, float | None]]:
+    """Each row's each ratio: its median over the rounds."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name, row in by_round[0].items():
+        out[name] = {}
+        for field in row:
+            values = [v for r in by_round if (v := r[name].get(field)) is not None]
+            out[name][field] = round(statistics.median(values), 3) if values else None
+    return out
 
 
 def ratios(runs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:

@@ -130,7 +130,7 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gateways-h200-host-run8.json": ("bash bench/run_gateways_device.sh (device tool)",
                                      "gateways side by side on the GPU host's 16 cores", ""),
     "gateways-h200-host-run8.png": ("same", "run 8 as a picture", ""),
-    "gateways.json": ("python -m bench.gateways --seconds 10",
+    "gateways.json": ("python -m bench.gateways --seconds 8 --rounds 3",
                       "nginx, joulegate and LiteLLM side by side on this VM", ""),
     "gateways.png": ("same", "gateways.json as a picture", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
