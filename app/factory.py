@@ -182,7 +182,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
         keys = _keys(settings)
         shared = None if not settings.redis_url else SharedState(
             settings.redis_url, settings.redis_timeout_ms / 1000, metrics.shared_state_up)
-        admission = Admission(shared=shared)
+        admission = Admission(shared=shared, on_local=metrics.decided_locally)
         if shared is not None:
             await shared.start()
         spend = SpendLedger(settings.database(), journal=settings.state_dir / "journal")

@@ -198,6 +198,7 @@ class Metrics:
             "joulegate_backend_up", "1 when a backend has a healthy replica", ["backend"],
             registry=r, multiprocess_mode="max"))
         self._shared_up: Gauge | None = None
+        self._shared_local: _Children | None = None
         self._own_cpu = _Children(Counter(
             "joulegate_own_cpu_seconds",
             "CPU time of joulegate's own process (a gateway, or the agent)",
@@ -229,11 +230,28 @@ class Metrics:
         """Whether the shared limits' store (Redis) answers: only exported
         where one is configured."""
         if self._shared_up is None:
+            self._local_decisions()  # its zero series, from the start
             self._shared_up = Gauge(
                 "joulegate_shared_state_up",
                 "1 when the limits shared by every gateway (Redis) answer, 0 while this "
                 "gateway enforces its own", registry=self.registry, multiprocess_mode="min")
         self._shared_up.set(1 if up else 0)
+
+    def decided_locally(self, operation: str) -> None:
+        """A request's rates (`admit`) or joule hold (`reserve`) decided by
+        this gateway's own windows because the shared limits did not answer
+        in time (or were down): what the shared limits did not see."""
+        self._batch.inc(self._local_decisions(), (operation,), 1)
+
+    def _local_decisions(self) -> _Children:
+        if self._shared_local is None:
+            self._shared_local = _Children(Counter(
+                "joulegate_shared_state_local_decisions",
+                "Requests whose rates or joule hold this gateway decided alone: the shared "
+                "limits (Redis) did not answer in time", ["operation"], registry=self.registry))
+            for operation in ("admit", "reserve"):
+                self._shared_local(operation)
+        return self._shared_local
 
     def thinking(self, tier: str, backend: str) -> None:
         self._batch.inc(self._thinking, (tier, backend), 1)

@@ -54,6 +54,9 @@ class Admission:
     _held: dict[str, dict[str, float]] = field(default_factory=dict)
     # backend -> moving average of a request's final figure over its price
     _cost_ratio: dict[str, float] = field(default_factory=dict)
+    # told of each decision made locally although limits are shared ("admit",
+    # "reserve"): Redis did not answer in time, or was down
+    on_local: Callable[[str], None] = lambda operation: None
 
     async def admit(self, key: ApiKey) -> Refusal | None:
         """Count the request if the key is within its rates; else why not."""
@@ -62,6 +65,7 @@ class Admission:
             return local
         out = await self.shared.admit(key.id, key.rpm, key.tpm)
         if out is None:  # Redis did not answer: this gateway's windows decide
+            self.on_local("admit")
             return local
         if isinstance(out, SharedRefusal):
             return Refusal(out.limit, out.retry_after_s)
@@ -91,6 +95,8 @@ class Admission:
             ok = await self.shared.reserve(key.id, hold.id, hold.joules, spent_j,
                                            key.joule_budget, hold.period, hold.spent_ttl_s)
         if ok is None:  # local: this gateway's own holds
+            if self.shared is not None:
+                self.on_local("reserve")
             ok = spent_j + self.held_j(key.id) < key.joule_budget
         if not ok:
             return None  # (a refused key leaves no empty entry behind)

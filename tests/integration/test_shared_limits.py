@@ -74,6 +74,20 @@ def rpm_counts(out: list[httpx.Response]) -> tuple[int, int, list[int]]:
             sorted({r.status_code for r in out}))
 
 
+def decided_locally(urls: list[str], operation: str = "admit") -> int:
+    """Requests the gateways decided alone (Redis slow to answer): each
+    gateway's joulegate_shared_state_local_decisions_total, summed."""
+    time.sleep(0.3)  # the processes' metric updates reach the scrape within 0.1 s
+    pattern = ('^joulegate_shared_state_local_decisions_total'
+               + re.escape('{operation="' + operation + '"}') + r' ([\d.e+-]+)$')
+    total = 0.0
+    for url in urls:
+        m = re.search(pattern, httpx.get(f"{url}/metrics").text, re.M)
+        assert m is not None, "the local-decision counter is exported with shared limits"
+        total += float(m.group(1))
+    return int(total)
+
+
 def shared_up(url: str) -> float | None:
     m = re.search(r"^joulegate_shared_state_up(?:\{[^}]*\})? ([\d.e+-]+)$",
                   httpx.get(f"{url}/metrics").text, re.M)
@@ -92,8 +106,13 @@ def test_three_gateways_admit_one_rpm_30(workers: Workers, tmp_path: Path, redis
     _, secret = keys.create("burst", rpm=30)
     with gateways(workers, tmp_path, redis_url, database) as urls:
         ok, limited, statuses = rpm_counts(burst(urls, secret, 100))
-        (tmp_path / "counts.txt").write_text(f"{ok} {limited} {statuses}\n")
-        assert 29 <= ok <= 31 and ok + limited == 100, (ok, limited, statuses)
+        alone = decided_locally(urls)
+        (tmp_path / "counts.txt").write_text(f"{ok} {limited} {statuses} {alone}\n")
+        # one limit of 30 across the three; a request whose Redis answer came
+        # too late to a loaded gateway was decided by that gateway's window,
+        # and counted as such (the bound is then looser by those)
+        assert 29 <= ok <= 31 + alone and ok + limited == 100, (ok, limited, statuses, alone)
+        assert alone <= 5, alone  # a second's timeout: a rare event, not the rule
         assert all(shared_up(u) == 1.0 for u in urls)
 
 
@@ -103,7 +122,9 @@ def test_serve_workers_3_admits_one_rpm_30(workers: Workers, tmp_path: Path, red
     _, secret = keys.create("burst", rpm=30)
     with gateways(workers, tmp_path, redis_url, database, count=1, processes=3) as urls:
         ok, limited, statuses = rpm_counts(burst(urls, secret, 100))
-        assert 29 <= ok <= 31 and ok + limited == 100, (ok, limited, statuses)
+        alone = decided_locally(urls)  # the three processes' counters, merged
+        assert 29 <= ok <= 31 + alone and ok + limited == 100, (ok, limited, statuses, alone)
+        assert alone <= 5, alone
 
 
 def _spent(url: str, admin: str, name: str) -> dict[str, Any]:

@@ -179,7 +179,8 @@ def test_a_hung_redis_costs_a_request_its_timeout_then_nothing(tmp_path: Path) -
     """Redis stopped (SIGSTOP: connections open, no answers): a request waits
     at most the timeout and is admitted locally; a PING unanswered for a
     second sends the gateway local, after which requests do not wait at all;
-    SIGCONT, and the probe brings the shared limits back."""
+    SIGCONT, and the probe brings the shared limits back. Each request
+    decided locally is told (the gateway's counter of them)."""
     import os
     import signal
 
@@ -189,16 +190,17 @@ def test_a_hung_redis_costs_a_request_its_timeout_then_nothing(tmp_path: Path) -
 
     async def go() -> None:
         ups: list[bool] = []
-        adm = Admission(shared=SharedState(server.url, 0.02, ups.append))
+        alone: list[str] = []
+        adm = Admission(shared=SharedState(server.url, 0.02, ups.append), on_local=alone.append)
         assert adm.shared is not None
         await adm.shared.start()
         k = key(rpm=100)
-        assert await adm.admit(k) is None
+        assert await adm.admit(k) is None and alone == []  # Redis decided
         os.kill(server.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
         try:
             t0 = time.perf_counter()
             assert await adm.admit(k) is None  # admitted by the local window
-            assert time.perf_counter() - t0 < 0.1
+            assert time.perf_counter() - t0 < 0.1 and alone == ["admit"]
             deadline = time.monotonic() + 5
             while adm.shared.up:  # the PING check gives up after a second
                 assert time.monotonic() < deadline
@@ -209,6 +211,7 @@ def test_a_hung_redis_costs_a_request_its_timeout_then_nothing(tmp_path: Path) -
                 await adm.admit(k)
                 waits.append(time.perf_counter() - t0)
             assert sorted(waits)[10] < 0.001 and max(waits) < 0.02 and ups[-1] is False
+            assert alone == ["admit"] * 21
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
         deadline = time.monotonic() + 5
