@@ -281,7 +281,7 @@ class Ledger:
             self._pending.pop(0)
             self._attribute(a, b, energy, wins)
             for w in wins:
-                if w.closed_at is not None and w.settled_until >= w.closed_at:  # final
+                if w.final:
                     w.compact()
                     done[w.wid] = live.pop(w.wid)
                     finals.append(w.wid)
