@@ -201,7 +201,13 @@ def test_redis_killed_and_restarted_under_load(workers: Workers, tmp_path: Path,
                 time.sleep(0.1)
             _, secret = keys.create("after", rpm=6)
             time.sleep(2.5)
+            before = decided_locally(urls)
             ok, limited, _ = rpm_counts(burst(urls, secret, 18))
-            assert (ok, limited) == (6, 12)  # shared again: 6 in all, not 6 per gateway
+            alone = decided_locally(urls) - before
+            # shared again: 6 in all, not 6 per gateway; with this test's 50 ms
+            # timeout a loaded gateway may read an answer late and decide that
+            # request alone (a CI run admitted 8), and says so in its counter
+            assert 6 <= ok <= 6 + alone and ok + limited == 18, (ok, limited, alone)
+            assert alone < 9, alone  # Redis decided most: the limit was shared
     finally:
         server.stop()
