@@ -223,8 +223,8 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                         "APGR, CPT, controls and energy saved at quality targets", ""),
     "route-eval.png": ("same", "route-eval.json as a picture", ""),
     "route-stretch.json": ("python -m bench.route_stretch",
-                           "how the complexity model's easy stretch was chosen: a validation "
-                           "split of the own open prompts", ""),
+                           "how the complexity model's easy stretch and own-item weight were "
+                           "chosen: 4-fold cross-validation on the own open prompts", ""),
     "route.json": ("python -m bench.route_latency", "decision time, 2,000-token conversation",
                    ""),
     "tolerance-sweep.json": ("python -m bench.tolerance_sweep",

@@ -12,7 +12,9 @@
    the category prior alone, length alone, random, shuffled labels and random
    features.
 3. Easy/hard recall on the held-out open prompts at targets 0.90, 0.95 and
-   0.99: easy ones sent to the small tier, hard ones to the large.
+   0.99: easy ones sent to the small tier, hard ones to the large; the same
+   on the chat-traffic workload's own prompts (router/data/traffic_prompts.tsv,
+   also never trained on), each prompt once.
 4. Expected energy saved against always-large at those targets on both
    workloads (app/tools/workload.py: chat-traffic, the reference, and the
    benchmark mix), with the H200 curves (deploy/models.gpu.yaml) and the
@@ -52,6 +54,7 @@ DATA = Path(os.environ.get("JOULEGATE_DATA", ROOT.parent / "shared" / "data"))
 OWN = [ROOT / "router" / "data" / "difficulty_prompts.tsv",
        ROOT / "router" / "data" / "open_prompts.tsv"]
 OPEN_EVAL = ROOT / "router" / "data" / "open_eval.tsv"
+TRAFFIC = ROOT / "router" / "data" / "traffic_prompts.tsv"
 TARGETS = (0.90, 0.95, 0.99)
 
 
@@ -151,6 +154,8 @@ def main() -> None:
     result = {"commit": project_commit(), "routellm_held_out": routellm_metrics(router),
               "controls_apgr": controls(DATA, OWN, OPEN_EVAL, catalog),
               "open_eval_recall": {str(t): tier_recall(router, held_open, t) for t in TARGETS},
+              "traffic_prompts_recall": {str(t): tier_recall(router, own_items(TRAFFIC), t)
+                                         for t in TARGETS},
               "savings": savings(router), "quality_targets": report["quality_targets"]}
     out = ROOT / "bench" / "results" / "route-eval.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -67,7 +67,7 @@ from router.features import NAMES, difficulty_features
 WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG = "gpt-4-1106-preview"
 REGULARISATION_C = 0.1  # from the exploration on the seed-0 split
-SOURCE_WEIGHT = {"gsm8k": 5.0, "own": 5.0}  # per item; MMLU 1.0
+SOURCE_WEIGHT = {"gsm8k": 5.0, "own": 5.0}  # per item; MMLU 1.0 (own: bench.route_stretch)
 EASY_STRETCH = 3.0  # below the median benchmark item (bench.route_stretch chose it)
 REFERENCE_N = 600
 REFERENCE_SEED = 1
@@ -147,7 +147,8 @@ def apgr_cpt(score: np.ndarray, weak: np.ndarray, strong: np.ndarray) -> dict[st
             "strong_accuracy": round(float(s.mean()), 4)}
 
 
-def design(clf: Classifier, items: list[Item], train_idx: list[int]
+def design(clf: Classifier, items: list[Item], train_idx: list[int],
+           weights: dict[str, float] | None = None
            ) -> tuple[Any, np.ndarray, np.ndarray, tuple[int, np.ndarray, np.ndarray]]:
     """(features: the classifier's TF-IDF and the standardised hand features,
     labels, sample weights, (TF-IDF width, hand mean, hand scale))."""
@@ -159,21 +160,25 @@ def design(clf: Classifier, items: list[Item], train_idx: list[int]
     mean, scale = hand[train_idx].mean(axis=0), hand[train_idx].std(axis=0) + 1e-9
     x = hstack([text, csr_matrix((hand - mean) / scale)]).tocsr()
     y = np.array([it.hard for it in items])
-    weight = np.array([SOURCE_WEIGHT.get(it.source, 1.0) for it in items])
+    weights = weights or SOURCE_WEIGHT
+    weight = np.array([weights.get(it.source, 1.0) for it in items])
     return x, y, weight, (text.shape[1], mean, scale)
 
 
 def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Path,
-                     seed: int = 1, easy_stretch: float = EASY_STRETCH) -> dict[str, Any]:
+                     seed: int = 1, easy_stretch: float = EASY_STRETCH,
+                     own_weight: float | None = None) -> dict[str, Any]:
     """Train, evaluate on the held-out items, save; then calibrate the quality
-    targets with the router built from `catalog` (its curves price actions)."""
+    targets with the router built from `catalog` (its curves price actions).
+    `own_weight`: each own item's weight (default SOURCE_WEIGHT's)."""
     from sklearn.linear_model import LogisticRegression
 
     clf = load_classifier()
     items = load_items(data, own)
     order, held = split(items, seed)
     train_idx = [i for i in order if i not in held]
-    x, y, weight, (n_text, mean, scale) = design(clf, items, train_idx)
+    weights = dict(SOURCE_WEIGHT) if own_weight is None else {**SOURCE_WEIGHT, "own": own_weight}
+    x, y, weight, (n_text, mean, scale) = design(clf, items, train_idx, weights)
     c_value, cv = REGULARISATION_C, _cross_validate(items, x, y, weight, train_idx)
     lr = LogisticRegression(C=c_value, max_iter=5000)
     lr.fit(x[train_idx], y[train_idx], sample_weight=weight[train_idx])
@@ -204,6 +209,7 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
         "levels_table": dict(catalog.quality),
         "reference_thetas": _reference_thetas(items, theta, dict(catalog.quality)),
         "easy_stretch": {"pivot": pivot, "factor": easy_stretch},
+        "source_weights": weights,
         "training_items": len(train_idx), "held_out_items": len(held_items),
         "hand_features": list(NAMES),
         "sources": {

@@ -9,11 +9,12 @@ messages, May 2024 - June 2025, taken from its figures as summarised in
 secondary reports (the paper gives several snapshots; these are one, to
 about a point); its multimedia (~6%) and unclassified (~5%) messages
 dropped and the rest renormalised. Each kind draws its prompts from the
-project's own labelled open prompts of that kind (router/data/open_prompts.tsv,
-also training data for the complexity model: the workload measures energy and
-calibrates targets, it does not judge the router), hard mathematical
-calculations also from GSM8K and hard programming also from Arena-Hard's
-coding prompts. Within a kind, the share of easy requests is an assumption
+project's own labelled open prompts of that kind written for the workload
+alone (router/data/traffic_prompts.tsv: never trained or tuned on, so the
+share of trivial requests sent small and the savings are out of sample; the
+quality targets are calibrated on their text, not their labels), hard
+mathematical calculations also from GSM8K and hard programming also from
+Arena-Hard's coding prompts. Within a kind, the share of easy requests is an assumption
 (EASY_SHARE, [A]: no published per-kind difficulty split exists); over the
 workload it declares TRIVIAL_SHARE of requests easy.
 
@@ -73,9 +74,10 @@ def _arena_hard(data: Path) -> list[str]:
 
 
 def own_by_kind(path: Path | None = None) -> dict[tuple[str, str], list[str]]:
-    """(kind, easy|hard) -> prompts, from a 4-column own prompts file."""
+    """(kind, easy|hard) -> prompts, from a 4-column own prompts file (the
+    workload's own, traffic_prompts.tsv, unless told)."""
     pools: dict[tuple[str, str], list[str]] = {}
-    path = path or ROOT / "router" / "data" / "open_prompts.tsv"
+    path = path or ROOT / "router" / "data" / "traffic_prompts.tsv"
     for line in path.read_text().splitlines():
         fields = line.split("\t")
         if line.startswith("#") or len(fields) != 4:
@@ -86,19 +88,32 @@ def own_by_kind(path: Path | None = None) -> dict[tuple[str, str], list[str]]:
 
 
 def chat_traffic(n: int, data: Path | None = None, seed: int = 0) -> list[tuple[str, str]]:
-    """n (kind:easy|hard, prompt) pairs in the shares above (sampled with
-    replacement: the pools are small)."""
+    """n (kind:easy|hard, prompt) pairs in the shares above, in random order.
+    Stratified: each (kind, easy|hard) gets its share of n exactly (largest
+    remainders), and its prompts are dealt from its shuffled pool, every one
+    before any repeats, so a sample of a few hundred has the population's mix
+    (quality targets calibrated on one hold on another)."""
     data = _data(data)
     rng = random.Random(seed)
     pools = own_by_kind()
     pools[("math_calc", "hard")] += _gsm8k(data)
     pools[("programming", "hard")] += [p for p in _arena_hard(data)
                                        if any(w in p.lower() for w in CODE_WORDS)]
-    kinds = list(KIND_SHARE)
-    out = []
-    for kind in rng.choices(kinds, weights=[KIND_SHARE[k] for k in kinds], k=n):
-        label = "easy" if rng.random() < EASY_SHARE[kind] else "hard"
-        out.append((f"{kind}:{label}", rng.choice(pools[(kind, label)])))
+    shares = {(k, label): KIND_SHARE[k] * (EASY_SHARE[k] if label == "easy" else 1 - EASY_SHARE[k])
+              for k in KIND_SHARE for label in ("easy", "hard")}
+    total = sum(shares.values())
+    exact = {s: n * w / total for s, w in shares.items()}
+    counts = {s: int(x) for s, x in exact.items()}
+    for s in sorted(exact, key=lambda s: counts[s] - exact[s])[: n - sum(counts.values())]:
+        counts[s] += 1
+    out: list[tuple[str, str]] = []
+    for (kind, label), count in counts.items():
+        pool, picks = list(pools[(kind, label)]), list[str]()
+        while len(picks) < count:
+            rng.shuffle(pool)
+            picks += pool[: count - len(picks)]
+        out += [(f"{kind}:{label}", p) for p in picks]
+    rng.shuffle(out)
     return out
 
 
