@@ -54,6 +54,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-sliced-settle-gated-c1.json": (AB + " --rounds 4", "settling in slices with pauses "
                                        "only while at most 4 requests run: c=1 p99 not lower, "
                                        "-10% req/s; not kept", ""),
+    "ab-mypyc-auto-c50.json": (AB + " --rounds 3 --seconds 6 --connections 50 --model auto, "
+                               "run from a worktree with the pure modules compiled by mypyc",
+                               "mypyc-compiled router, meter, ledger and SSE modules: router "
+                               "decision 124 -> 61 us alone, no req/s change in the gateway "
+                               "(993 vs 977 medians), not kept", ""),
     "ab-qualities-numpy-auto-c50.json": (AB + " --rounds 3 --connections 50 --model auto",
                                          "the router's per-action qualities as one numpy "
                                          "product: -4% req/s, not kept", ""),
