@@ -77,18 +77,28 @@ def routellm_metrics(router: Any) -> dict[str, Any]:
 
 
 def tier_recall(router: Any, items: list[Item], target: float) -> dict[str, Any]:
-    """Easy items sent to the cheapest tier, hard ones to the largest."""
+    """Easy items sent to the cheapest tier, hard ones to the largest; and
+    the shares behind them: easy ones the small model answers with a chain of
+    thought (small, but dearer than direct), hard ones it answers directly
+    (what the label says falls short; the rest of the hard ones sent small
+    get its chain of thought)."""
     small, large = router.tiers
-    sent: Counter[tuple[bool, str]] = Counter()
+    sent: Counter[tuple[bool, str, str]] = Counter()
     for it in items:
         d = router.decide(Query(it.text, estimate_tokens(it.text), quality_target=target),
                           explain=False)
-        sent[(it.hard, d.tier)] += 1
-    n_easy = sum(v for (hard, _), v in sent.items() if not hard)
-    n_hard = sum(v for (hard, _), v in sent.items() if hard)
-    return {"easy_to_small": round(sent[(False, small)] / max(1, n_easy), 4),
-            "hard_to_large": round(sent[(True, large)] / max(1, n_hard), 4),
-            "n_easy": n_easy, "n_hard": n_hard}
+        sent[(it.hard, d.tier, d.strategy)] += 1
+
+    def share(hard: bool, tier: str, strategy: str | None = None) -> float:
+        n = sum(v for (h, t, s), v in sent.items() if h == hard and t == tier
+                and strategy in (None, s))
+        return round(n / max(1, sum(v for (h, _, _), v in sent.items() if h == hard)), 4)
+
+    return {"easy_to_small": share(False, small), "hard_to_large": share(True, large),
+            "easy_to_small_cot": share(False, small, "cot"),
+            "hard_to_small_direct": share(True, small, "direct"),
+            "n_easy": sum(v for (h, _, _), v in sent.items() if not h),
+            "n_hard": sum(v for (h, _, _), v in sent.items() if h)}
 
 
 def workload_savings(router: Any, prompts: list[tuple[str, str]], target: float

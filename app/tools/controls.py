@@ -61,7 +61,7 @@ def controls(data: Path, own: list[Path], held_open: Path, catalog: Catalog,
         return np.asarray(lr.decision_function(features))
 
     shuffled = y.copy()  # within each source: its base rate kept, items' labels lost
-    for source in {it.source for it in items}:
+    for source in sorted({it.source for it in items}):  # a set's order varies per process
         idx = [i for i in train if everything[i].source == source]
         shuffled[idx] = rng.permutation(y[idx])
     probs = [clf.probabilities(it.text) for it in everything]
