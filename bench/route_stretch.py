@@ -1,13 +1,13 @@
 """How the complexity model's easy stretch and own-item weight were chosen:
-on a validation split of the project's own open prompts, never on a set the
+by cross-validation on the project's own open prompts, never on a set the
 router is judged on.
 
     python -m bench.route_stretch     # bench/results/route-stretch.json
 
 The own open prompts (router/data/open_prompts.tsv) are dealt into 4 folds
-(seed 5), each validated once;
-for each stretch and weight of an own item (RouteLLM MMLU items weigh 1,
-GSM8K 5) the complexity model is trained on the other folds (with the RouteLLM
+(seed 5), each validated once; for each stretch and weight of an own item
+(RouteLLM MMLU items weigh 1, GSM8K 5) the complexity model is trained on
+the other folds (with the RouteLLM
 items and difficulty_prompts.tsv, as `joulegate train-complexity` does) and
 its quality targets calibrated on the chat-traffic workload; then the fold is
 routed at the default target (0.95) with the H200 curves. Reported: easy
@@ -37,8 +37,6 @@ from bench.route_eval import DATA, ROOT, tier_recall, workload_savings
 STRETCHES = (2.0, 3.0, 4.0)
 OWN_WEIGHTS = (5.0, 15.0, 40.0)
 TARGET = 0.95
-
-
 FOLDS = 4
 
 
