@@ -277,7 +277,7 @@ def main() -> None:
             rounds.append(runs)
         names = [c[0] for c in cases]
         keys = [f"{n} c={c}" for n in names for c in (1, 50)]
-        results["runs"] = {k: _median_run([r[k] for r in rounds]) for k in keys}
+        results["runs"] = {k: _medians([r[k] for r in rounds], 4) for k in keys}
         results["joulegate_rss_mb"] = round(rss_mb(procs["joulegate"].pid), 1)
         floor = results["runs"]["nginx direct c=1"]["p50_ms"]
         results["added_p50_ms_c1"] = {
@@ -293,7 +293,8 @@ def main() -> None:
         else:  # each round's ratios (its rows ran minutes apart at most), then their medians
             results["by_round"] = rounds
             results["ratios_by_round"] = [ratios(r, names) for r in rounds]
-            results["ratios"] = _median_ratios(results["ratios_by_round"])
+            results["ratios"] = {n: _medians([r[n] for r in results["ratios_by_round"]], 3)
+                                 for n in results["ratios_by_round"][0]}
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -305,24 +306,13 @@ def main() -> None:
         print(f"wrote {args.out}")
 
 
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One case's figures over the rounds: each field's median."""
+def _medians(rows: list[dict[str, Any]], digits: int) -> dict[str, Any]:
+    """Each field's median over the rounds' rows (a case's figures, or a
+    row's ratios); a field no round measured keeps the first round's value."""
     out: dict[str, Any] = {}
-    for field in runs[0]:
-        values = [r[field] for r in runs if isinstance(r.get(field), int | float)]
-        out[field] = round(statistics.median(values), 4) if values else runs[0][field]
-    return out
-
-
-def _median_ratios(by_round: list[dict[str, dict[str, float | None]]]
-                   ) -> dict[str, dict[str, float | None]]:
-    """Each row's each ratio: its median over the rounds."""
-    out: dict[str, dict[str, float | None]] = {}
-    for name, row in by_round[0].items():
-        out[name] = {}
-        for field in row:
-            values = [v for r in by_round if (v := r[name].get(field)) is not None]
-            out[name][field] = round(statistics.median(values), 3) if values else None
+    for field in rows[0]:
+        values = [v for r in rows if isinstance(v := r.get(field), int | float)]
+        out[field] = round(statistics.median(values), digits) if values else rows[0][field]
     return out
 
 

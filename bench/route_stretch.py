@@ -57,7 +57,7 @@ def _folds(folder: Path) -> list[tuple[Path, Path]]:
 
 
 def one(stretch: float, weight: float, catalog: Catalog, folds: list[tuple[Path, Path]],
-        out: Path) -> dict[str, Any]:
+        traffic_prompts: list[tuple[str, str]], out: Path) -> dict[str, Any]:
     """Pooled recall over every fold's validation items, and the mean of the
     folds' RouteLLM held-out APGR and chat-traffic figures."""
     easy = hard = n_easy = n_hard = 0.0
@@ -77,7 +77,7 @@ def one(stretch: float, weight: float, catalog: Catalog, folds: list[tuple[Path,
         n_hard += recall["n_hard"]
         for source, ev in report["evaluation_held_out"].items():
             apgr.setdefault(source, []).append(ev["apgr"])
-        traffic.append(workload_savings(router, chat_traffic(400, DATA), TARGET))
+        traffic.append(workload_savings(router, traffic_prompts, TARGET))
     e, h = easy / n_easy, hard / n_hard
     return {"stretch": stretch, "own_weight": weight,
             "easy_to_small": round(e, 4), "hard_to_large": round(h, 4),
@@ -94,10 +94,11 @@ def main() -> None:
     catalog = load_catalog(ROOT / "deploy" / "models.gpu.yaml")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        folds = _folds(Path(tmp))
+        folds, prompts = _folds(Path(tmp)), chat_traffic(400, DATA)
         for weight in OWN_WEIGHTS:
             for stretch in STRETCHES:
-                rows.append(one(stretch, weight, catalog, folds, Path(tmp) / f"{weight}-{stretch}"))
+                rows.append(one(stretch, weight, catalog, folds, prompts,
+                                Path(tmp) / f"{weight}-{stretch}"))
                 print(json.dumps(rows[-1]), flush=True)
     best = max(rows, key=lambda r: (r["balanced_accuracy"], -r["stretch"], -r["own_weight"]))
     result = {"commit": project_commit(), "target": TARGET,
