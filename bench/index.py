@@ -224,6 +224,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "profile-small-c1-gil.json": ("python -m bench.profile_gateway --connections 1 --gil",
                                   "who holds the interpreter at c=1: the event loop ~96%, "
                                   "the sampler and the usage writer ~2% each", ""),
+    "tail-phase.json": ("python -m bench.tail_phase --rounds 3",
+                        "c=1 from a raw-socket client, in turns with the pass-through: p99 "
+                        "1.31x the pass-through's (median of rounds); a third of the slow "
+                        "requests fall in one tenth of the sampler's 50 ms period", ""),
     "profile-small-c50-gil.json": ("python -m bench.profile_gateway --connections 50 --gil",
                                    "who holds the interpreter at c=50: the event loop ~96%, "
                                    "the sampler 2.2%, the usage writer 1.5%", ""),
