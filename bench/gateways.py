@@ -168,6 +168,16 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
                             stderr=subprocess.STDOUT, preexec_fn=pinned(cores))
 
 
+def passthrough(port: int, upstream: int, work: Path, cores: set[int] | None = None
+                ) -> subprocess.Popen[bytes]:
+    """The bare FastAPI pass-through (bench/passthrough.py) to the fixed upstream."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.passthrough", "--port", str(port),
+         "--upstream", f"http://127.0.0.1:{upstream}"], cwd=ROOT,
+        stdout=(work / f"passthrough-{port}.log").open("wb"), stderr=subprocess.STDOUT,
+        preexec_fn=pinned(cores))
+
+
 def start_nginx(work: Path, cores: set[int] | None = None) -> int:
     """The fixed-answer upstream, on a free port; stop it with stop_nginx(work)."""
     for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
@@ -215,11 +225,7 @@ def main() -> None:
         ports[name] = free_port()
         procs[name] = joulegate(ports[name], upstream, work, workers=n, cores=pin(PINNED[n]))
     ports["passthrough"] = free_port()
-    procs["passthrough"] = subprocess.Popen(
-        [sys.executable, "-m", "bench.passthrough", "--port", str(ports["passthrough"]),
-         "--upstream", f"http://127.0.0.1:{upstream}"], cwd=ROOT,
-        stdout=(work / "passthrough.log").open("wb"), stderr=subprocess.STDOUT,
-        preexec_fn=pinned(pin(PINNED[1])))
+    procs["passthrough"] = passthrough(ports["passthrough"], upstream, work, pin(PINNED[1]))
     if not args.no_litellm:
         ports["litellm"] = free_port()
         procs["litellm"] = _litellm(ports["litellm"], upstream, work)

@@ -160,11 +160,11 @@ def main() -> None:
     router = build_router(catalog, LengthBook(None))
     assert router.model is not None, "no complexity model: run joulegate train-complexity"
     report = json.loads((ROOT / "router" / "artifacts" / "complexity-report.json").read_text())
-    held_open = own_items(OPEN_EVAL)
+    held_open, traffic = own_items(OPEN_EVAL), own_items(TRAFFIC)
     result = {"commit": project_commit(), "routellm_held_out": routellm_metrics(router),
               "controls_apgr": controls(DATA, OWN, OPEN_EVAL, catalog),
               "open_eval_recall": {str(t): tier_recall(router, held_open, t) for t in TARGETS},
-              "traffic_prompts_recall": {str(t): tier_recall(router, own_items(TRAFFIC), t)
+              "traffic_prompts_recall": {str(t): tier_recall(router, traffic, t)
                                          for t in TARGETS},
               "savings": savings(router), "quality_targets": report["quality_targets"]}
     out = ROOT / "bench" / "results" / "route-eval.json"

@@ -20,7 +20,6 @@ import json
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,11 +27,12 @@ from typing import Any
 
 from app.settings import Settings
 from app.tools.embedded import free_port
-from bench.gateways import joulegate, start_nginx, stop_nginx
+from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx
 from bench.gpu_common import project_commit
 from workers.local import ROOT, wait_healthy
 
 BINS = 10
+TIMEOUT_S = 10.0  # a request silent this long counts as failed
 
 
 class Client:
@@ -40,18 +40,29 @@ class Client:
     library between the clock and the socket."""
 
     def __init__(self, port: int, body: bytes) -> None:
-        self._sock = socket.create_connection(("127.0.0.1", port))
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._port = port
+        self._sock: socket.socket | None = None
         self._request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
                          f"Content-Type: application/json\r\nContent-Length: {len(body)}"
                          "\r\n\r\n").encode() + body
 
     def send(self) -> int:
-        """One request; its status."""
-        self._sock.sendall(self._request)
+        """One request; its status, or 0 where the connection failed, closed
+        or went silent for TIMEOUT_S (the next request opens a new one)."""
+        try:
+            if self._sock is None:
+                self._sock = socket.create_connection(("127.0.0.1", self._port), TIMEOUT_S)
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return self._exchange(self._sock)
+        except (OSError, ValueError, StopIteration):
+            self.close()
+            return 0
+
+    def _exchange(self, sock: socket.socket) -> int:
+        sock.sendall(self._request)
         buf = b""
         while b"\r\n\r\n" not in buf:
-            chunk = self._sock.recv(65536)
+            chunk = sock.recv(65536)
             if not chunk:
                 raise ConnectionError("closed")
             buf += chunk
@@ -60,11 +71,16 @@ class Client:
         length = next(int(line.split(b":", 1)[1]) for line in lines
                       if line.lower().startswith(b"content-length:"))
         while len(rest) < length:
-            rest += self._sock.recv(65536)
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            rest += chunk
         return int(lines[0].split()[1])
 
     def close(self) -> None:
-        self._sock.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
 
 def measure(port: int, body: bytes, seconds: float, period_s: float) -> dict[str, Any]:
@@ -123,10 +139,7 @@ def main() -> None:
     base = work / "base"
     try:
         ports["pass-through"] = free_port()
-        procs["pass-through"] = subprocess.Popen(
-            [sys.executable, "-m", "bench.passthrough", "--port", str(ports["pass-through"]),
-             "--upstream", f"http://127.0.0.1:{upstream}"], cwd=ROOT,
-            stdout=(work / "passthrough.log").open("wb"), stderr=subprocess.STDOUT)
+        procs["pass-through"] = passthrough(ports["pass-through"], upstream, work)
         roots = {"joulegate": ROOT}
         if args.base:
             subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.base],
