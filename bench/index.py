@@ -161,6 +161,20 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                       "small+CoT on the chat-traffic workload, c=1 and c=8 "
                                       "(nvml)", ""),
     "gpu-routing-chat-traffic.png": ("same", "gpu-routing-chat-traffic.json as a picture", ""),
+    "gpu-routing-chat-traffic-h100.json": ("PHASES=replay WORKLOADS=chat-traffic bash "
+                                           "bench/run_h200.sh (device tool, an H100)",
+                                           "the chat-traffic replay on an H100 with the "
+                                           "router retrained at stop 40 (held-out workload), "
+                                           "c=1 and c=8 (nvml)", ""),
+    "gpu-routing-chat-traffic-h100.png": ("same", "gpu-routing-chat-traffic-h100.json as a "
+                                          "picture", ""),
+    "gpu-routing-benchmark-mix-h100.json": ("PHASES=replay WORKLOADS=benchmark-mix bash "
+                                            "bench/run_h200.sh (device tool, an H100)",
+                                            "the benchmark-mix replay on an H100 with the "
+                                            "router retrained at stop 40, c=1 and c=8 (nvml)",
+                                            ""),
+    "gpu-routing-benchmark-mix-h100.png": ("same", "gpu-routing-benchmark-mix-h100.json as a "
+                                           "picture", ""),
     "gpu-routing.json": ("python -m bench.gpu_routing (device tool)",
                          "auto against always-large and small+CoT, c=1 and c=8 (nvml), the "
                          "router before open requests", "gpu-routing-benchmark-mix.json"),
@@ -221,6 +235,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                       "latency the gateway adds in front of real CPU workers", ""),
     "profile-auto-c50.json": ("python -m bench.profile_gateway --model auto --connections 50",
                               "py-spy profile of auto at c=50", ""),
+    "profile-auto-c50-gil.json": ("python -m bench.profile_gateway --model auto "
+                                  "--connections 50 --gil",
+                                  "who holds the interpreter under auto at c=50: the "
+                                  "router's decision 29% of the samples", ""),
     "profile-small-c1-gil.json": ("python -m bench.profile_gateway --connections 1 --gil",
                                   "who holds the interpreter at c=1: the event loop ~96%, "
                                   "the sampler and the usage writer ~2% each", ""),
