@@ -83,8 +83,11 @@ def merge_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     k = len(runs)
     figures: tuple[str, ...] = ("joules", "wall_s", "expected_quality", "thinking_tokens")
     means: dict[str, Any] = {f: sum(r[f] for r in runs) / k for f in figures if f in runs[0]}
-    return {**means, "joules_runs": [r["joules"] for r in runs], "routes": dict(routes),
-            "failed": dict(failed), "answered": sum(r["answered"] for r in runs)}
+    merged = {**means, "joules_runs": [r["joules"] for r in runs], "routes": dict(routes),
+              "failed": dict(failed), "answered": sum(r["answered"] for r in runs)}
+    if "small_at" in runs[0]:  # per run: where in arrival order the small-tier requests were
+        merged["small_at_runs"] = [r["small_at"] for r in runs]
+    return merged
 
 
 def plot_modes(path: Path, results: dict[str, Any], modes: list[str], colors: list[str],

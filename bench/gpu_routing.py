@@ -144,10 +144,14 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
     routes: list[str] = []
     failures: list[str] = []
     expected: list[float] = []
+    small_at: list[int] = []  # auto: the place in arrival order of each request sent small
+    started = 0
     headers = {"x-joulegate-quality-target": str(QUALITY_TARGET)} if mode == "auto" else {}
 
     async def one(client: httpx.AsyncClient, i: int, text: str) -> None:
+        nonlocal started
         async with sem:
+            place, started = started, started + 1
             try:
                 r = await client.post(gw.v1 + "/chat/completions", json=_body(mode, text),
                                       headers=headers, timeout=600)
@@ -162,13 +166,16 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
                 act = "small:cot"
             routes.append(act)
             expected.append(quality[i].get(act, float("nan")))
+            if mode == "auto" and act.startswith("small:"):
+                small_at.append(place)
 
     joules, wall = await metered_run(nvml, one, prompts)
     from collections import Counter
 
     return {"joules": joules, "wall_s": wall, "routes": dict(Counter(routes)),
             "failed": dict(Counter(failures)), "answered": len(routes),
-            "expected_quality": sum(expected) / max(1, len(expected))}
+            "expected_quality": sum(expected) / max(1, len(expected)),
+            **({"small_at": sorted(small_at)} if mode == "auto" else {})}
 
 
 # Modes in turns; at concurrency 8 (runs of ~20 s, where drift between runs is
