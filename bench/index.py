@@ -251,6 +251,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                    "the sampler 2.2%, the usage writer 1.5%", ""),
     "profile-small-c50.json": ("python -m bench.profile_gateway --connections 50",
                                "py-spy profile of the forced tier at c=50", ""),
+    "server-ab.json": ("python -m bench.server_ab --rounds 3 (pip install granian)",
+                       "the ASGI server in turns under the bare pass-through: granian "
+                       "0.96x uvicorn's req/s at c=50, 0.60x at c=1; uvicorn kept", ""),
     "route-eval-seeds.json": ("python -m bench.route_eval_seeds",
                               "APGR and controls over five held-out splits", ""),
     "route-eval.json": ("python -m bench.route_eval",
