@@ -13,6 +13,7 @@
 # A phase is done when its result is in bench/results/ (copy back what $OUT
 # returned, commit, call again) or already under /tmp/jg/res on a warm machine.
 # Results are copied to $OUT, which the device tool brings back.
+# CONCURRENCY=8 replays the c=8 turns alone (gpu-routing-<workload>-c8.json).
 # PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
 # even where bench/results/ already holds their file, and writes only the
 # models they need (the 8B only for calibrate and replay).
@@ -52,15 +53,19 @@ if [ ! -f /tmp/jg/res/gpu-curves.json ] && [ ! -f /tmp/jg/res/gpu-curves.json.sk
   mkdir -p "$OUT_DIR/curves" && cp /tmp/jg/curves/*.json "$OUT_DIR/curves/"
   cp /tmp/jg/res/gpu-curves.* "$OUT_DIR/"
 fi
+concurrency="${CONCURRENCY:-1,8}"  # CONCURRENCY=8: the c=8 turns alone (~2.5 min a workload)
+part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
+need=360; [ "$concurrency" = 8 ] && need=180
 for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
-  f="gpu-routing-$workload.json"
+  f="gpu-routing-$workload$part.json"
   [ -f /tmp/jg/res/gpu-routing.json.skip ] && break
   [ -f "/tmp/jg/res/$f" ] && continue
-  if [ "$(left)" -lt 360 ]; then echo "replay of $workload needs ~6 min: call again"; exit 0; fi
+  if [ "$(left)" -lt "$need" ]; then echo "replay of $workload needs ~$((need / 60)) min: call again"; exit 0; fi
   timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload "$workload" \
+    --concurrency "$concurrency" \
     --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
     --curves-dir /tmp/jg/curves | tail -5
-  cp /tmp/jg/res/gpu-routing-"$workload".* "$OUT_DIR/"
+  cp /tmp/jg/res/gpu-routing-"$workload$part".* "$OUT_DIR/"
 done
 if [ ! -f /tmp/jg/res/gpu-telemetry.json ] && [ ! -f /tmp/jg/res/gpu-telemetry.json.skip ]; then
   if [ "$(left)" -lt 200 ]; then echo "telemetry needs ~3 min: call again"; exit 0; fi
