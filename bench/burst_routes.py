@@ -1,0 +1,108 @@
+"""Which requests `auto` sends small when clients arrive together: the
+decisions of the H200 replay's gateway (the H200 curves, both tiers on one
+GPU, quality target 0.95) from a cold start at concurrency 1, 2, 4 and 8,
+with this machine's CPU llama.cpp workers (random-weight tiny models) in
+place of the GPU's. It records decisions only: the energy is the replay's
+(bench/gpu_routing.py on a GPU).
+
+    python -m bench.burst_routes [--n 96] [--concurrency 1,2,4,8]
+        ->  bench/results/burst-routes.json
+
+Each concurrency gets a fresh gateway (no memory of earlier traffic) and the
+chat-traffic workload's first `n` prompts, sent by closed-loop clients. For
+each request: its place in arrival order and the tier it went to; the
+summary splits the small share between a burst's first 2 x concurrency
+arrivals and the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.tools.embedded import run_gateway
+from app.tools.workload import WORKLOADS
+from bench.gpu_common import project_commit
+from bench.gpu_routing import PORTS, QUALITY_TARGET, Setup, catalog_for
+from workers.local import WorkerSpec, llama_server, start_worker, stop
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPES = {"small": "llama-1b", "large": "llama-8b"}  # the curves the router prices with
+TINY = {"small": "tiny-small", "large": "tiny-large"}  # the models that answer here
+
+
+async def burst(v1: str, prompts: list[tuple[str, str]], concurrency: int
+                ) -> list[dict[str, Any]]:
+    """The prompts from `concurrency` closed-loop clients; each request's
+    arrival place, kind and tier, in arrival order."""
+    queue = list(enumerate(prompts))
+    placed: list[dict[str, Any]] = []
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while queue:
+            _, (kind, text) = queue.pop(0)
+            place = len(placed)
+            row: dict[str, Any] = {"place": place, "kind": kind}
+            placed.append(row)
+            r = await http.post(v1 + "/chat/completions", json={
+                "model": "auto", "messages": [{"role": "user", "content": text}]},
+                headers={"x-joulegate-quality-target": str(QUALITY_TARGET)}, timeout=300)
+            row["tier"] = r.headers.get("x-joulegate-tier") if r.status_code == 200 \
+                else f"error {r.status_code}"
+
+    async with httpx.AsyncClient() as http:
+        await asyncio.gather(*(client(http) for _ in range(concurrency)))
+    return placed
+
+
+def summary(rows: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
+    head = 2 * concurrency
+
+    def small_share(part: list[dict[str, Any]]) -> float | None:
+        return round(sum(r["tier"] == "small" for r in part) / len(part), 3) if part else None
+
+    return {"n": len(rows), "small_share": small_share(rows),
+            f"small_share_first_{head}": small_share(rows[:head]),
+            "small_share_after": small_share(rows[head:]),
+            "small_at": [r["place"] for r in rows if r["tier"] == "small"],
+            "errors": sum(str(r["tier"]).startswith("error") for r in rows)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=96)
+    ap.add_argument("--concurrency", default="1,2,4,8")
+    args = ap.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    prompts = WORKLOADS["chat-traffic"](args.n)
+    setup = Setup("", Path(), Path(), SHAPES, "estimate", ROOT / "curves" / "h200")
+    logs = Path(tempfile.mkdtemp(prefix="jg-burst-"))
+    workers = [start_worker(WorkerSpec(tier, TINY[tier], PORTS[tier], parallel=8), llama_server(),
+                            logs) for tier in SHAPES]
+    results: dict[str, Any] = {}
+    try:
+        for c in levels:
+            with run_gateway(catalog_for(setup, with_curves=True)) as gw:
+                rows = asyncio.run(burst(gw.v1, prompts, c))
+            results[f"c={c}"] = {**summary(rows, c), "requests": rows}
+            print(c, {k: v for k, v in results[f"c={c}"].items() if k != "requests"},
+                  flush=True)
+    finally:
+        stop(workers)
+    out = ROOT / "bench" / "results" / "burst-routes.json"
+    out.write_text(json.dumps({
+        "commit": project_commit(), "workload": "chat-traffic", "quality_target": QUALITY_TARGET,
+        "catalogue": "the H200 replay's: llama-1b and llama-8b curves (curves/h200), one GPU",
+        "workers": "this machine's CPU llama.cpp workers, random-weight tiny models",
+        "measures": "decisions only (arrival place -> tier); no energy", **results},
+        indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
