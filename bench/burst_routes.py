@@ -41,18 +41,21 @@ async def burst(v1: str, prompts: list[tuple[str, str]], concurrency: int
                 ) -> list[dict[str, Any]]:
     """The prompts from `concurrency` closed-loop clients; each request's
     arrival place, kind and tier, in arrival order."""
-    queue = list(enumerate(prompts))
+    queue = list(prompts)
     placed: list[dict[str, Any]] = []
 
     async def client(http: httpx.AsyncClient) -> None:
         while queue:
-            _, (kind, text) = queue.pop(0)
-            place = len(placed)
-            row: dict[str, Any] = {"place": place, "kind": kind}
+            kind, text = queue.pop(0)
+            row: dict[str, Any] = {"place": len(placed), "kind": kind}
             placed.append(row)
-            r = await http.post(v1 + "/chat/completions", json={
-                "model": "auto", "messages": [{"role": "user", "content": text}]},
-                headers={"x-joulegate-quality-target": str(QUALITY_TARGET)}, timeout=300)
+            try:
+                r = await http.post(v1 + "/chat/completions", json={
+                    "model": "auto", "messages": [{"role": "user", "content": text}]},
+                    headers={"x-joulegate-quality-target": str(QUALITY_TARGET)}, timeout=300)
+            except httpx.HTTPError as exc:  # counted as an error, the run goes on
+                row["tier"] = f"error {type(exc).__name__}"
+                continue
             row["tier"] = r.headers.get("x-joulegate-tier") if r.status_code == 200 \
                 else f"error {r.status_code}"
 

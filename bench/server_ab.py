@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.tools.embedded import free_port
-from bench.gateways import start_nginx, stop_nginx, wrk
+from bench.gateways import passthrough, start_nginx, stop_nginx, wrk
 from bench.gpu_common import project_commit
 from workers.local import wait_healthy
 
@@ -42,13 +42,10 @@ def servers(upstream: int, work: Path) -> dict[str, tuple[int, subprocess.Popen[
     (work / "ptapp.py").write_text("from bench.passthrough import make_app\n"
                                    f"app = make_app('http://127.0.0.1:{upstream}')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(work)]))
-    log = (work / "servers.log").open("wb")
+    log = (work / "granian.log").open("wb")
     pu, pg = free_port(), free_port()
     return {
-        "uvicorn": (pu, subprocess.Popen(
-            [sys.executable, "-m", "bench.passthrough", "--port", str(pu),
-             "--upstream", f"http://127.0.0.1:{upstream}"], cwd=ROOT, env=env,
-            stdout=log, stderr=subprocess.STDOUT)),
+        "uvicorn": (pu, passthrough(pu, upstream, work)),
         "granian": (pg, subprocess.Popen(
             [granian, "--interface", "asgi", "--loop", "uvloop", "--workers", "1",
              "--host", "127.0.0.1", "--port", str(pg), "--no-ws", "--log-level", "warning",
