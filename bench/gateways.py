@@ -141,9 +141,10 @@ def _litellm(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
 
 
 def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1,
-              cores: set[int] | None = None) -> subprocess.Popen[bytes]:
+              cores: set[int] | None = None, python: list[str] | None = None
+              ) -> subprocess.Popen[bytes]:
     """`joulegate serve [--workers N]` of the checkout at `root`, both tiers on the
-    fixed upstream."""
+    fixed upstream; `python`: the interpreter's command line (e.g. under cProfile)."""
     shipped = yaml.safe_load((root / "models.yaml").read_text())
     # Checkouts from before admission control have no per-replica limit to set.
     limit = "max_concurrency" in (root / "app" / "catalog.py").read_text()
@@ -163,7 +164,8 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
                PYTHONPATH=os.pathsep.join(filter(None, [str(root),
                                                         os.environ.get("PYTHONPATH")])))
     extra = ["--workers", str(workers)] if workers > 1 else []
-    return subprocess.Popen([sys.executable, "-m", "app.cli", "serve", *extra], env=env, cwd=root,
+    return subprocess.Popen([*(python or [sys.executable]), "-m", "app.cli", "serve", *extra],
+                            env=env, cwd=root,
                             stdout=(work / f"joulegate-{port}.log").open("wb"),
                             stderr=subprocess.STDOUT, preexec_fn=pinned(cores))
 

@@ -149,6 +149,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gateways-h200-host-run8.json": ("bash bench/run_gateways_device.sh (device tool)",
                                      "gateways side by side on the GPU host's 16 cores", ""),
     "gateways-h200-host-run8.png": ("same", "run 8 as a picture", ""),
+    "cprofile-small-c50.json": ("python -m bench.cprofile_gateway --model small",
+                                "a forced request's time in the loaded event loop by stage "
+                                "and function (cProfile, shares)", ""),
+    "cprofile-auto-c50.json": ("python -m bench.cprofile_gateway --model auto",
+                               "the same under auto", ""),
     "gateways.json": ("python -m bench.gateways --seconds 8 --rounds 3",
                       "nginx, joulegate and LiteLLM side by side on this VM", ""),
     "gateways.png": ("same", "gateways.json as a picture", ""),
@@ -207,6 +212,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                           "always-large-no-thinking and always-small-thinking on the "
                           "chat-traffic workload, c=1 and c=8 (nvml; quality expected)", ""),
     "gpu-thinking.png": ("same", "gpu-thinking.json as a picture", ""),
+    "gpu-thinking-h100.json": ("N1=24 N8=40 bash bench/run_h200_thinking.sh (device tool, "
+                               "an H100)", "the thinking replay with the router as shipped "
+                               "(26053f6), priced by the H200 curves: auto against "
+                               "always-large-thinking, -no-thinking and small-thinking, "
+                               "chat-traffic, c=1 and c=8 (nvml; quality expected)", ""),
+    "gpu-thinking-h100.png": ("same", "gpu-thinking-h100.json as a picture", ""),
     "gpu-telemetry.json": ("python -m bench.gpu_telemetry (device tool)",
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
