@@ -25,10 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.tools.embedded import free_port
-from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
 from bench.gpu_common import project_commit
-from workers.local import wait_healthy
+from bench.profile_gateway import loaded_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 # Stages of a request, by the function whose inclusive time is the stage's.
@@ -89,23 +87,11 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--seconds", type=int, default=10)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="jg-cprofile-"))
-    prof = work / "gateway.prof"
-    upstream = start_nginx(work)
-    port = free_port()
-    proc = joulegate(port, upstream, work,
-                     python=[sys.executable, "-m", "cProfile", "-o", str(prof)])
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        body = {"model": args.model, "max_tokens": 16,
-                "messages": [{"role": "user", "content": "What is the capital of France?"}]}
-        wrk(url, args.connections, 2, body, work)  # warm up
-        load = wrk(url, args.connections, args.seconds, body, work)
-    finally:
-        proc.send_signal(signal.SIGINT)  # a clean exit writes the profile
-        proc.wait(timeout=60)
-        stop_nginx(work)
+    prof = Path(tempfile.mkdtemp(prefix="jg-cprofile-")) / "gateway.prof"
+    with loaded_gateway(args.model, args.connections, 2, stop=signal.SIGINT,
+                        python=[sys.executable, "-m", "cProfile", "-o", str(prof)]
+                        ) as (_, load_for):
+        load = load_for(args.seconds)
     result = {"commit": project_commit(), "model": args.model, "connections": args.connections,
               "load_under_cprofile": load,
               "note": "cProfile inflates every Python call (~2x): compare shares, not times; "

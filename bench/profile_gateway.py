@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,31 @@ from workers.local import wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("app", "router", "telemetry")
+
+
+@contextlib.contextmanager
+def loaded_gateway(model: str, connections: int, warm_s: int, python: list[str] | None = None,
+                   stop: int = signal.SIGTERM
+                   ) -> Iterator[tuple[subprocess.Popen[bytes], Callable[[int], dict[str, Any]]]]:
+    """`joulegate serve` in front of the fixed-answer nginx, warmed up with
+    `warm_s` of wrk: its process, and a load of `seconds` of non-streamed chat
+    at `connections` (wrk's figures). Stopped with `stop` (SIGINT: a clean exit,
+    which a profiler under it needs to write its output)."""
+    work = Path(tempfile.mkdtemp(prefix="jg-profile-"))
+    upstream = start_nginx(work)
+    port = free_port()
+    proc = joulegate(port, upstream, work, python=python)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        body = {"model": model, "max_tokens": 16,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+        wrk(url, connections, warm_s, body, work)
+        yield proc, lambda seconds: wrk(url, connections, seconds, body, work)
+    finally:
+        proc.send_signal(stop)
+        proc.wait(timeout=60)
+        stop_nginx(work)
 
 
 def package(frame: str) -> str:
@@ -73,17 +101,8 @@ def main() -> None:
                         help="only samples of the thread holding the interpreter (py-spy "
                              "--gil): who keeps the event loop waiting")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="jg-profile-"))
-    upstream = start_nginx(work)
-    port = free_port()
-    proc = joulegate(port, upstream, work)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        body = {"model": args.model, "max_tokens": 16,
-                "messages": [{"role": "user", "content": "What is the capital of France?"}]}
-        wrk(url, args.connections, 3, body, work)  # warm up
-        raw = work / "stacks.txt"
+    raw = Path(tempfile.mkdtemp(prefix="jg-pyspy-")) / "stacks.txt"
+    with loaded_gateway(args.model, args.connections, 3) as (proc, load_for):
         pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         spy = subprocess.Popen([pyspy, "record", "--format", "raw", "--rate", "250",
                                 "--duration", str(args.seconds), "--nonblocking",
@@ -92,18 +111,13 @@ def main() -> None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         time.sleep(1)
         load: dict[str, Any] = {}
-        t = threading.Thread(target=lambda: load.update(
-            wrk(url, args.connections, args.seconds - 2, body, work)))
+        t = threading.Thread(target=lambda: load.update(load_for(args.seconds - 2)))
         t.start()
         t.join()
         spy.wait(timeout=args.seconds + 60)
         result = {"commit": project_commit(), "model": args.model,
                   "connections": args.connections, "load": load,
                   **summarize(raw.read_text())}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        stop_nginx(work)
     gil = "-gil" if args.gil else ""
     out = ROOT / "bench" / "results" / f"profile-{args.model}-c{args.connections}{gil}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
