@@ -181,7 +181,12 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
 # Modes in turns; at concurrency 8 (runs of ~20 s, where drift between runs is
 # as large as the effect) auto and always-large twice each, ABBA.
 WARMUP = 80  # requests of the unrecorded warm-up turn of a replay without c=1
-ORDERS = {1: ("auto", "large", "small-cot"), 8: ("large", "auto", "small-cot", "auto", "large")}
+ABBA = ("large", "auto", "small-cot", "auto", "large")
+# The whole replay is c=1 and c=8; c=2 and c=4 (moderate overlapping load,
+# where what a 1B batch beside an occasional 8B request costs is open) run
+# only when asked for: `--concurrency 2,4`.
+ORDERS = {1: ("auto", "large", "small-cot"), 8: ABBA}
+EXTRA_ORDERS = {2: ABBA, 4: ABBA}
 
 
 def replay_name(workload: str, concurrencies: tuple[int, ...]) -> str:
@@ -220,7 +225,7 @@ def phase_replay(s: Setup, n: int, workload: str,
             # A warm-up turn, not recorded, puts every measured turn after it.
             asyncio.run(_mode(gw, reader, "large", prompts[:WARMUP], max(concurrencies),
                               quality))
-        for conc, order in ((c, ORDERS[c]) for c in concurrencies):
+        for conc, order in ((c, {**ORDERS, **EXTRA_ORDERS}[c]) for c in concurrencies):
             done: dict[str, list[dict[str, Any]]] = {}
             for m in order:
                 done.setdefault(m, []).append(
@@ -261,6 +266,7 @@ def phase_replay(s: Setup, n: int, workload: str,
         "quality_ratio_vs_large": c1["quality_ratio_vs_large"],
         "headline_concurrency": 1 if "c1" in results else concurrencies[0],
         "concurrency_1": results.get("c1"), "concurrency_8": results.get("c8"),
+        **({"by_concurrency": results} if set(results) - {"c1", "c8"} else {}),
         "units": {"joules": "J, NVML counter delta over the whole mode (gross, incl. idle)",
                   "wall_s": "s", "savings_*": "fraction", "quality_*": "fraction"},
     })
