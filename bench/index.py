@@ -95,6 +95,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-no-metering-c1.json": (AB + " --rounds 4, the same patch",
                                "diagnostic: per-request metering's cost at c=1 (p99 2.59 -> "
                                "1.94 ms without it)", ""),
+    "ab-no-assessment-auto-c50.json": (AB + " --model auto --connections 50 --rounds 3, the "
+                                       "working tree's Router.decide reusing the first "
+                                       "assessment of each text (reverted)",
+                                       "diagnostic: the router's assessment's cost under "
+                                       "auto at c=50 (0.691 -> 0.472 ms CPU per request, "
+                                       "1,483 -> 2,181 req/s without it)", ""),
     "ab-overhead.json": (AB, "the default A/B output (forced tier, one connection)", ""),
     "ab-request-path-cuts-auto-c50.json": (AB + " --model auto --connections 50",
                                            "request-path cuts, auto", ""),
