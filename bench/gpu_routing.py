@@ -295,6 +295,9 @@ def main() -> None:
     s = Setup(args.llama_server, args.models_dir, args.out,
               {"small": args.small, "large": args.large}, args.source, args.curves_dir)
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
+    replayable = {**ORDERS, **EXTRA_ORDERS}
+    if args.phase == "replay" and set(concurrencies) - set(replayable):
+        ap.error(f"--concurrency: a replay runs at {sorted(replayable)}")
     done = args.out / ("gpu-curves.json" if args.phase == "calibrate"
                        else replay_name(args.workload, concurrencies))
     if done.exists():
