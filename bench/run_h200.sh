@@ -14,7 +14,8 @@
 # returned, commit, call again) or already under /tmp/jg/res on a warm machine.
 # Results are copied to $OUT, which the device tool brings back.
 # CONCURRENCY=8 replays the c=8 turns alone (gpu-routing-<workload>-c8.json);
-# CONCURRENCY=2,4 moderate overlapping load (-c2-c4.json), not in the whole replay.
+# CONCURRENCY=2 (or 4, or 2,4) moderate overlapping load (-c2.json ...), not in
+# the whole replay.
 # PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
 # even where bench/results/ already holds their file, and writes only the
 # models they need (the 8B only for calibrate and replay).
@@ -57,7 +58,11 @@ fi
 concurrency="${CONCURRENCY:-1,8}"  # CONCURRENCY=8: the c=8 turns alone (~2.5 min a workload)
 part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
 need=360; [ "$concurrency" = 8 ] && need=180
-[ "$concurrency" = "2,4" ] && need=420  # ~4 min of c=2 turns, ~2 of c=4 (200 prompts)
+# c=2 and c=4 (estimates from the c=8 turns' ~12 s each: not measured yet):
+# ~4-5 min and ~2-3 min a workload; one call each is safer than CONCURRENCY=2,4
+[ "$concurrency" = 2 ] && need=330
+[ "$concurrency" = 4 ] && need=210
+[ "$concurrency" = "2,4" ] && need=480
 for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
   f="gpu-routing-$workload$part.json"
   [ -f /tmp/jg/res/gpu-routing.json.skip ] && break
