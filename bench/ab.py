@@ -24,7 +24,7 @@ from typing import Any
 
 from app.tools.embedded import free_port
 from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
-from bench.gpu_common import project_commit
+from bench.gpu_common import project_commit, worktree_at
 from bench.process import tree_cpu_s
 from workers.local import ROOT, wait_healthy
 
@@ -67,25 +67,21 @@ def main() -> None:
                         default=ROOT / "bench" / "results" / "ab-overhead.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="joulegate-ab-"))
-    base = work / "base"
-    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.base],
-                   cwd=ROOT, check=True)
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "this": []}
-    upstream = start_nginx(work)
-    try:
-        pair = (("base", base), ("this", ROOT))
-        for i in range(args.rounds):
-            # ABBA: this machine slows (or speeds up) through a run, so the
-            # side that always ran first would always be favoured.
-            for name, root in (pair if i % 2 == 0 else pair[::-1]):
-                runs[name].append(_measure(root, upstream, work, args.seconds,
-                                           args.connections, args.model, args.workers,
-                                           args.stream))
-                print(name, runs[name][-1], flush=True)
-    finally:
-        stop_nginx(work)
-        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
-                       check=False)
+    with worktree_at(args.base, work / "base") as base:
+        upstream = start_nginx(work)
+        try:
+            pair = (("base", base), ("this", ROOT))
+            for i in range(args.rounds):
+                # ABBA: this machine slows (or speeds up) through a run, so the
+                # side that always ran first would always be favoured.
+                for name, root in (pair if i % 2 == 0 else pair[::-1]):
+                    runs[name].append(_measure(root, upstream, work, args.seconds,
+                                               args.connections, args.model, args.workers,
+                                               args.stream))
+                    print(name, runs[name][-1], flush=True)
+        finally:
+            stop_nginx(work)
     summary = {name: {"req_per_s_median": statistics.median(r["req_per_s"] for r in rs),
                       "p50_ms_median": statistics.median(r["p50_ms"] for r in rs),
                       "p99_ms_median": statistics.median(r["p99_ms"] for r in rs),

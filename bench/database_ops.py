@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_common import project_commit
+from bench.gpu_common import project_commit, worktree_at
 from workers.local import ROOT
 
 CHILD = r"""
@@ -68,20 +68,13 @@ def main() -> None:
     args = parser.parse_args()
     urls = ["sqlite", *([args.postgres] if args.postgres else [])]
     result: dict[str, Any] = {"commit": project_commit(), "base": args.base, "rounds": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "base"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.base],
-                       cwd=ROOT, check=True)
-        try:
-            for _ in range(args.rounds):
-                turn = {}
-                for url in urls:
-                    kind = "sqlite" if url == "sqlite" else "postgresql"
-                    turn[kind] = {"base": _turn(base, url), "this": _turn(ROOT, url)}
-                result["rounds"].append(turn)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
-                           check=False)
+    with tempfile.TemporaryDirectory() as tmp, worktree_at(args.base, Path(tmp) / "base") as base:
+        for _ in range(args.rounds):
+            turn = {}
+            for url in urls:
+                kind = "sqlite" if url == "sqlite" else "postgresql"
+                turn[kind] = {"base": _turn(base, url), "this": _turn(ROOT, url)}
+            result["rounds"].append(turn)
     result["median"] = {
         kind: {side: {m: round(statistics.median(r[kind][side][m] for r in result["rounds"]), 4)
                       for m in ("insert_200_rows_ms", "select_ms")} for side in ("base", "this")}

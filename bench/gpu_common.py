@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -9,7 +10,7 @@ import subprocess
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,18 @@ def project_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{head}+uncommitted" if changed else head
+
+
+@contextlib.contextmanager
+def worktree_at(rev: str, path: Path) -> Iterator[Path]:
+    """A detached checkout of `rev` at `path` (an A/B's base), removed after."""
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(path), rev],
+                   cwd=ROOT, check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
+                       check=False)
 
 
 def start_llama(binary: str, model: str, port: int, parallel: int, ctx_per_slot: int,

@@ -16,6 +16,7 @@ too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import statistics
@@ -28,7 +29,7 @@ from typing import Any
 from app.settings import Settings
 from app.tools.embedded import free_port
 from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx
-from bench.gpu_common import project_commit
+from bench.gpu_common import project_commit, worktree_at
 from workers.local import ROOT, wait_healthy
 
 BINS = 10
@@ -123,6 +124,13 @@ def summarise(starts: list[float], lat_ms: list[float], period_s: float) -> dict
                                                  zip(slow_in_bin, in_bin, strict=True)), 4)}
 
 
+def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    for proc in procs.values():
+        proc.terminate()
+    for proc in procs.values():
+        proc.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
@@ -133,18 +141,17 @@ def main() -> None:
     args = parser.parse_args()
     period_s = 1 / Settings().sample_hz
     work = Path(tempfile.mkdtemp(prefix="joulegate-tail-"))
-    upstream = start_nginx(work)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     ports: dict[str, int] = {}
-    base = work / "base"
-    try:
-        ports["pass-through"] = free_port()
-        procs["pass-through"] = passthrough(ports["pass-through"], upstream, work)
+    with contextlib.ExitStack() as stack:  # on the way out: gateways, nginx, the worktree
         roots = {"joulegate": ROOT}
         if args.base:
-            subprocess.run(["git", "worktree", "add", "-q", "--detach", str(base), args.base],
-                           cwd=ROOT, check=True)
-            roots["joulegate base"] = base
+            roots["joulegate base"] = stack.enter_context(worktree_at(args.base, work / "base"))
+        upstream = start_nginx(work)
+        stack.callback(stop_nginx, work)
+        stack.callback(_stop, procs)
+        ports["pass-through"] = free_port()
+        procs["pass-through"] = passthrough(ports["pass-through"], upstream, work)
         for name, root in roots.items():
             ports[name] = free_port()
             procs[name] = joulegate(ports[name], upstream, work, root)
@@ -159,15 +166,6 @@ def main() -> None:
                     {"role": "user", "content": "What is the capital of France?"}]}).encode()
                 runs[name].append(measure(ports[name], body, args.seconds, period_s))
                 print(name, runs[name][-1], flush=True)
-    finally:
-        for proc in procs.values():
-            proc.terminate()
-        for proc in procs.values():
-            proc.wait(timeout=30)
-        stop_nginx(work)
-        if args.base:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
-                           check=False)
     fields = ("p50_ms", "p99_ms", "p999_ms", "slow_share_busiest_tenth")
     summary = {name: {f"{f}_median": round(statistics.median(r[f] for r in rs), 3)
                       for f in fields}
