@@ -6,8 +6,7 @@
   four budget rungs per tier, ten candidates instead of four);
 - the same cold: each decision after a 32 MB memory sweep, which leaves the
   caches and TLB as a loaded gateway's other work leaves them between two
-  decisions (in a gateway under load the short question's decision took
-  ~0.2 ms, by its own `joulegate_route_seconds`, against ~0.09 ms warm);
+  decisions (compare a loaded gateway's own `joulegate_route_seconds`);
 - what the balanced policy chooses on a mixed set of 100 prompts (counts per
   tier x strategy and per category).
 
@@ -44,27 +43,21 @@ def conversation(tokens: int) -> str:
     return conversation_text(turns)
 
 
-def decision_times(router: Router, q: Query, n: int = 5000) -> list[float]:
-    for _ in range(200):
-        router.decide(q)
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        router.decide(q)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times
-
-
 SWEEP_BYTES = 32 << 20  # larger than this machine's caches
 
 
-def cold_decision_times(router: Router, q: Query, n: int = 400) -> list[float]:
-    """Decision times, each after every cache line of SWEEP_BYTES was written."""
-    sweep, ones = bytearray(SWEEP_BYTES), b"\x01" * (SWEEP_BYTES // 64)
+def decision_times(router: Router, q: Query, n: int = 5000, cold: bool = False
+                   ) -> list[float]:
+    """Decision times, sorted; `cold`: each after every cache line of
+    SWEEP_BYTES was written."""
+    for _ in range(200):
+        router.decide(q)
+    sweep, ones = (bytearray(SWEEP_BYTES), b"\x01" * (SWEEP_BYTES // 64)) if cold \
+        else (bytearray(), b"")
     times = []
     for _ in range(n):
-        sweep[::64] = ones
+        if cold:
+            sweep[::64] = ones
         t0 = time.perf_counter()
         router.decide(q)
         times.append(time.perf_counter() - t0)
@@ -86,24 +79,21 @@ def main() -> None:
     thinking = decision_times(build_router(
         load_catalog(ROOT / "deploy" / "models.thinking.yaml"), LengthBook(None)), q)
     short = "What is the capital of France?"
+    short_q = Query(short, estimate_tokens(short))
     cold = {"sweep_bytes": SWEEP_BYTES,
-            "conversation": _ms(cold_decision_times(router, q)),
-            "short_question": _ms(cold_decision_times(router, Query(short,
-                                                                    estimate_tokens(short)))),
-            "short_question_warm": _ms(decision_times(router, Query(
-                short, estimate_tokens(short)), 2000))}
+            "conversation": _ms(decision_times(router, q, 400, cold=True)),
+            "short_question": _ms(decision_times(router, short_q, 400, cold=True)),
+            "short_question_warm": _ms(decision_times(router, short_q, 2000))}
     mix = mixed_prompts(100)
     decisions = [router.decide(Query(t, estimate_tokens(t))) for _, t in mix]
     result = {
         "conversation_tokens_estimated": estimate_tokens(text),
         "conversation_chars": len(text),
         "decisions": len(times),
-        "decision_ms_p50": 1000 * statistics.median(times),
-        "decision_ms_p99": 1000 * times[int(0.99 * len(times))],
+        **_ms(times),
         "decision_ms_max": 1000 * times[-1],
         "thinking_pair": {"models": "deploy/models.thinking.yaml", "candidates": 10,
-                          "decision_ms_p50": 1000 * statistics.median(thinking),
-                          "decision_ms_p99": 1000 * thinking[int(0.99 * len(thinking))]},
+                          **_ms(thinking)},
         "cold": cold,
         "mixed_prompts": {"n": len(mix), "mix": MIX,
                           "tier_x_strategy": dict(Counter(f"{d.tier}:{d.strategy}"
