@@ -187,6 +187,7 @@ ABBA = ("large", "auto", "small-cot", "auto", "large")
 # only when asked for: `--concurrency 2,4`.
 ORDERS = {1: ("auto", "large", "small-cot"), 8: ABBA}
 EXTRA_ORDERS = {2: ABBA, 4: ABBA}
+REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
 
 
 def replay_name(workload: str, concurrencies: tuple[int, ...]) -> str:
@@ -225,7 +226,7 @@ def phase_replay(s: Setup, n: int, workload: str,
             # A warm-up turn, not recorded, puts every measured turn after it.
             asyncio.run(_mode(gw, reader, "large", prompts[:WARMUP], max(concurrencies),
                               quality))
-        for conc, order in ((c, {**ORDERS, **EXTRA_ORDERS}[c]) for c in concurrencies):
+        for conc, order in ((c, REPLAYABLE[c]) for c in concurrencies):
             done: dict[str, list[dict[str, Any]]] = {}
             for m in order:
                 done.setdefault(m, []).append(
@@ -295,9 +296,8 @@ def main() -> None:
     s = Setup(args.llama_server, args.models_dir, args.out,
               {"small": args.small, "large": args.large}, args.source, args.curves_dir)
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
-    replayable = {**ORDERS, **EXTRA_ORDERS}
-    if args.phase == "replay" and set(concurrencies) - set(replayable):
-        ap.error(f"--concurrency: a replay runs at {sorted(replayable)}")
+    if args.phase == "replay" and set(concurrencies) - set(REPLAYABLE):
+        ap.error(f"--concurrency: a replay runs at {sorted(REPLAYABLE)}")
     done = args.out / ("gpu-curves.json" if args.phase == "calibrate"
                        else replay_name(args.workload, concurrencies))
     if done.exists():
