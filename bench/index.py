@@ -196,13 +196,15 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gpu-routing-chat-traffic-c8-h100.json": ("WORKLOADS=chat-traffic CONCURRENCY=8 bash "
                                               "bench/run_h200.sh (device tool, an H100)",
                                               "the chat-traffic replay's c=8 turns alone at "
-                                              "862eb23, with the arrival places of the "
-                                              "requests auto sent small (nvml)", ""),
+                                              "862eb23 with 26053f6's replay fix (its "
+                                              "commit field: 862eb23+fix), with the arrival "
+                                              "places of the requests auto sent small (nvml)", ""),
     "gpu-routing-benchmark-mix-c8-h100.json": ("WORKLOADS=benchmark-mix CONCURRENCY=8 bash "
                                                "bench/run_h200.sh (device tool, an H100)",
                                                "the benchmark-mix replay's c=8 turns alone at "
-                                               "862eb23, with the arrival places of the "
-                                               "requests auto sent small (nvml)", ""),
+                                               "862eb23 with 26053f6's replay fix (its "
+                                               "commit field: 862eb23+fix), with the arrival "
+                                               "places of the requests auto sent small (nvml)", ""),
     "gpu-routing.json": ("python -m bench.gpu_routing (device tool)",
                          "auto against always-large and small+CoT, c=1 and c=8 (nvml), the "
                          "router before open requests", "gpu-routing-benchmark-mix.json"),
