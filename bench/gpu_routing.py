@@ -127,8 +127,16 @@ def phase_calibrate(s: Setup, sweep: Sweep, name: str = "gpu-curves") -> None:
     })
 
 
-def _body(mode: str, text: str) -> dict[str, Any]:
+def _body(mode: str, text: str, unloaded: str) -> dict[str, Any]:
+    """The request body of `mode`; `split` sends the action the router takes
+    for this prompt with nothing running (`unloaded`, e.g. "small:cot") as a
+    forced tier: routing by quality alone, blind to load."""
     msgs: list[dict[str, str]] = [{"role": "user", "content": text}]
+    if mode == "split":
+        mode = {"small:direct": "small", "small:cot": "small-cot"}.get(unloaded, "large")
+    if mode == "small":
+        return {"model": "small", "messages": msgs, "max_tokens": DIRECT_TOKENS,
+                "ignore_eos": True}
     if mode == "auto":
         return {"model": "auto", "messages": msgs, "ignore_eos": True}  # + target header
     if mode == "large":
@@ -139,7 +147,8 @@ def _body(mode: str, text: str) -> dict[str, Any]:
 
 
 async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
-                concurrency: int, quality: list[dict[str, float]]) -> dict[str, Any]:
+                concurrency: int, quality: list[dict[str, float]], unloaded: list[str]
+                ) -> dict[str, Any]:
     sem = asyncio.Semaphore(concurrency)
     routes: list[str] = []
     failures: list[str] = []
@@ -153,8 +162,9 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
         async with sem:
             place, started = started, started + 1
             try:
-                r = await client.post(gw.v1 + "/chat/completions", json=_body(mode, text),
-                                      headers=headers, timeout=600)
+                r = await client.post(gw.v1 + "/chat/completions",
+                                      json=_body(mode, text, unloaded[i]), headers=headers,
+                                      timeout=600)
             except httpx.HTTPError as exc:
                 failures.append(type(exc).__name__)
                 return
@@ -164,6 +174,8 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
             act = f"{r.headers['x-joulegate-tier']}:{r.headers['x-joulegate-strategy']}"
             if mode == "small-cot":
                 act = "small:cot"
+            elif mode == "split":
+                act = unloaded[i]
             routes.append(act)
             expected.append(quality[i].get(act, float("nan")))
             if mode == "auto" and act.startswith("small:"):
@@ -188,18 +200,22 @@ ABBA = ("large", "auto", "small-cot", "auto", "large")
 ORDERS = {1: ("auto", "large", "small-cot"), 8: ABBA}
 EXTRA_ORDERS = {2: ABBA, 4: ABBA}
 REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
+# --split: is the router's load pricing right? `split` (each prompt to its
+# unloaded action, blind to load) against `auto` and always-large, in turns.
+SPLIT_ORDER = ("large", "split", "auto", "split", "large")
 
 
-def replay_name(workload: str, concurrencies: tuple[int, ...]) -> str:
+def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = False) -> str:
     """gpu-routing-<workload>.json for the whole replay (c=1 and 8), with a
-    suffix for a part of it (e.g. -c1: one request at a time only)."""
-    part = "" if set(concurrencies) == set(ORDERS) else "-" + "-".join(
+    suffix for a part of it (e.g. -c1: one request at a time only) and -split
+    for the load-blind comparison."""
+    part = "" if set(concurrencies) == set(ORDERS) and not split else "-" + "-".join(
         f"c{c}" for c in concurrencies)
-    return f"gpu-routing-{workload}{part}.json"
+    return f"gpu-routing-{workload}{part}{'-split' if split else ''}.json"
 
 
 def phase_replay(s: Setup, n: int, workload: str,
-                 concurrencies: tuple[int, ...] = tuple(ORDERS)) -> None:
+                 concurrencies: tuple[int, ...] = tuple(ORDERS), split: bool = False) -> None:
     from collections import Counter
 
     from telemetry.devices import DeviceSpec, make_reader
@@ -225,17 +241,24 @@ def phase_replay(s: Setup, n: int, workload: str,
             # turn used 10-23% more than the same mode's last (H100, 862eb23).
             # A warm-up turn, not recorded, puts every measured turn after it.
             asyncio.run(_mode(gw, reader, "large", prompts[:WARMUP], max(concurrencies),
-                              quality))
-        for conc, order in ((c, REPLAYABLE[c]) for c in concurrencies):
+                              quality, acts))
+        for conc, order in ((c, SPLIT_ORDER if split else REPLAYABLE[c]) for c in concurrencies):
             done: dict[str, list[dict[str, Any]]] = {}
             for m in order:
                 done.setdefault(m, []).append(
-                    asyncio.run(_mode(gw, reader, m, prompts, conc, quality)))
+                    asyncio.run(_mode(gw, reader, m, prompts, conc, quality, acts)))
             runs = {m: merge_runs(rs) for m, rs in done.items()}
             results[f"c{conc}"] = {
                 "order": list(order),
                 "savings_vs_large": 1 - runs["auto"]["joules"] / runs["large"]["joules"],
-                "savings_vs_small_cot": 1 - runs["auto"]["joules"] / runs["small-cot"]["joules"],
+                **({"savings_vs_small_cot": 1 - runs["auto"]["joules"]
+                    / runs["small-cot"]["joules"]} if "small-cot" in runs else {}),
+                **({"split_savings_vs_large": 1 - runs["split"]["joules"]
+                    / runs["large"]["joules"],
+                    "split_savings_vs_auto": 1 - runs["split"]["joules"]
+                    / runs["auto"]["joules"],
+                    "split_quality_ratio_vs_large": runs["split"]["expected_quality"]
+                    / runs["large"]["expected_quality"]} if "split" in runs else {}),
                 "quality_ratio_vs_large": runs["auto"]["expected_quality"]
                 / runs["large"]["expected_quality"],
                 "modes": runs,
@@ -244,7 +267,7 @@ def phase_replay(s: Setup, n: int, workload: str,
     # first concurrency asked for (CONCURRENCY=8 replays the c=8 turns alone)
     c1 = results.get("c1") or results[f"c{concurrencies[0]}"]
     trivial = [a for (kind, _), a in zip(mix, acts, strict=True) if kind.endswith(":easy")]
-    name = replay_name(workload, concurrencies)
+    name = replay_name(workload, concurrencies, split)
     write_json(s.out / name, {
         "device": reader.name, "driver": getattr(reader, "driver", "unknown"),
         "source": reader.source, "engine_build": engine_build(s.llama_server),
@@ -263,7 +286,7 @@ def phase_replay(s: Setup, n: int, workload: str,
         "quality_source": "the router's per-query expected quality (complexity model, "
                           "levels calibrated to the cited 1B/8B figures) of the action taken",
         "savings_vs_large": c1["savings_vs_large"],
-        "savings_vs_small_cot": c1["savings_vs_small_cot"],
+        "savings_vs_small_cot": c1.get("savings_vs_small_cot"),
         "quality_ratio_vs_large": c1["quality_ratio_vs_large"],
         "headline_concurrency": 1 if "c1" in results else concurrencies[0],
         "concurrency_1": results.get("c1"), "concurrency_8": results.get("c8"),
@@ -291,6 +314,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,8")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
+    ap.add_argument("--split", action="store_true",
+                    help="turns of large, split (load-blind), auto instead of the usual modes")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     s = Setup(args.llama_server, args.models_dir, args.out,
@@ -299,7 +324,7 @@ def main() -> None:
     if args.phase == "replay" and set(concurrencies) - set(REPLAYABLE):
         ap.error(f"--concurrency: a replay runs at {sorted(REPLAYABLE)}")
     done = args.out / ("gpu-curves.json" if args.phase == "calibrate"
-                       else replay_name(args.workload, concurrencies))
+                       else replay_name(args.workload, concurrencies, args.split))
     if done.exists():
         print(f"{done} exists: phase {args.phase} already done")
         return
@@ -310,7 +335,7 @@ def main() -> None:
                     (args.prompts, args.completions, args.concurrency)]
             phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
-            phase_replay(s, args.n, args.workload, concurrencies)
+            phase_replay(s, args.n, args.workload, concurrencies, args.split)
     finally:
         for p in procs:
             p.terminate()

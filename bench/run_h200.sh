@@ -15,7 +15,8 @@
 # Results are copied to $OUT, which the device tool brings back.
 # CONCURRENCY=8 replays the c=8 turns alone (gpu-routing-<workload>-c8.json);
 # CONCURRENCY=2 (or 4, or 2,4) moderate overlapping load (-c2.json ...), not in
-# the whole replay.
+# the whole replay. SPLIT=1 (with CONCURRENCY=...): always-large, auto and a
+# load-blind split in turns (-cN-split.json).
 # PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
 # even where bench/results/ already holds their file, and writes only the
 # models they need (the 8B only for calibrate and replay).
@@ -57,6 +58,9 @@ if [ ! -f /tmp/jg/res/gpu-curves.json ] && [ ! -f /tmp/jg/res/gpu-curves.json.sk
 fi
 concurrency="${CONCURRENCY:-1,8}"  # CONCURRENCY=8: the c=8 turns alone (~2.5 min a workload)
 part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
+# SPLIT=1: turns of always-large, `split` (each prompt to its unloaded action,
+# blind to load) and auto instead (-split.json; ~3.5 min a workload at c=4)
+split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrency//,/-c}}-split"; }
 need=360; [ "$concurrency" = 8 ] && need=180
 # c=2 and c=4 (estimates from the c=8 turns' ~12 s each: not measured yet):
 # ~4-5 min and ~2-3 min a workload; one call each is safer than CONCURRENCY=2,4
@@ -69,7 +73,7 @@ for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
   [ -f "/tmp/jg/res/$f" ] && continue
   if [ "$(left)" -lt "$need" ]; then echo "replay of $workload needs ~$((need / 60)) min: call again"; exit 0; fi
   timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload "$workload" \
-    --concurrency "$concurrency" \
+    --concurrency "$concurrency" $split \
     --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
     --curves-dir /tmp/jg/curves | tail -5
   cp /tmp/jg/res/gpu-routing-"$workload$part".* "$OUT_DIR/"
