@@ -205,6 +205,22 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                                "862eb23 with 26053f6's replay fix (its "
                                                "commit field: 862eb23+fix), with the arrival "
                                                "places of the requests auto sent small (nvml)", ""),
+    "gpu-routing-chat-traffic-c4-h100.json": ("WORKLOADS=chat-traffic CONCURRENCY=4 bash "
+                                              "bench/run_h200.sh (device tool, an H100)",
+                                              "auto, always-large and small+CoT at four "
+                                              "clients, in turns, at d491eb7, with the arrival "
+                                              "places of the requests auto sent small (nvml)", ""),
+    "gpu-routing-benchmark-mix-c4-h100.json": ("WORKLOADS=benchmark-mix CONCURRENCY=4 bash "
+                                               "bench/run_h200.sh (device tool, an H100)",
+                                               "the same at four clients for the benchmark "
+                                               "mix, d491eb7 (nvml)", ""),
+    "gpu-routing-chat-traffic-c4-split-h100.json": (
+        "python3 bench/gpu_routing.py --phase replay --workload chat-traffic --concurrency 4 "
+        "--split --n 100 ... (device tool, an H100; SPLIT=1 CONCURRENCY=4 bash "
+        "bench/run_h200.sh runs it at n=200)",
+        "is the router's load pricing right? always-large, `split` (each prompt to the action "
+        "the router takes for it with nothing running, blind to load) and auto, in turns at "
+        "four clients, e14f8ee (nvml)", ""),
     "gpu-routing.json": ("python -m bench.gpu_routing (device tool)",
                          "auto against always-large and small+CoT, c=1 and c=8 (nvml), the "
                          "router before open requests", "gpu-routing-benchmark-mix.json"),

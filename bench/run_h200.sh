@@ -59,7 +59,8 @@ fi
 concurrency="${CONCURRENCY:-1,8}"  # CONCURRENCY=8: the c=8 turns alone (~2.5 min a workload)
 part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
 # SPLIT=1: turns of always-large, `split` (each prompt to its unloaded action,
-# blind to load) and auto instead (-split.json; ~3.5 min a workload at c=4)
+# blind to load) and auto instead (-split.json; at c=4 ~100 s for n=100 prompts,
+# so ~6 min for the whole 200: longer than a fresh machine's call has after setup)
 split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrency//,/-c}}-split"; }
 need=360; [ "$concurrency" = 8 ] && need=180
 # c=2 and c=4 (estimates from the c=8 turns' ~12 s each: not measured yet):
@@ -67,6 +68,7 @@ need=360; [ "$concurrency" = 8 ] && need=180
 [ "$concurrency" = 2 ] && need=330
 [ "$concurrency" = 4 ] && need=210
 [ "$concurrency" = "2,4" ] && need=480
+[ -n "$split" ] && need=380
 for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
   f="gpu-routing-$workload$part.json"
   [ -f /tmp/jg/res/gpu-routing.json.skip ] && break
