@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from router.pricing import COLOCATION_PENALTY
+
 BackendKind = Literal["llamacpp", "vllm"]
 SourceName = Literal["auto", "nvml", "rapl", "estimate"]
 
@@ -163,6 +165,11 @@ class Routing(_Strict):
             data.setdefault("thinking_budgets", [data.pop("thinking_budget")])
         return data
 
+    # How load prices an action (router.pricing): a request joining a running
+    # batch at the margin (its own work) or at its share of the batch; and the
+    # co-location penalty beside another model's batch on one device.
+    batch_pricing: Literal["margin", "share"] = "margin"
+    colocation_penalty: float = Field(default=COLOCATION_PENALTY, ge=0, le=10)
     lengths_file: str | None = None
     classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl
     complexity: str | None = None  # default: the committed router/artifacts/complexity.npz

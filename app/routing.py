@@ -21,7 +21,7 @@ from router.decision import Decision
 from router.engine import Router, Targets
 from router.fewshot import FewShot
 from router.policy import ActionSpec, Caps, Policy
-from router.pricing import Site
+from router.pricing import LoadPricing, Site
 from router.quality import ExpectedLengths, QualityTable, action
 from router.targets import sweep
 from router.thinking import THINKING_TOKENS, ThinkingModel
@@ -95,7 +95,8 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
     policy = Policy(actions, QualityTable(catalog.quality), book.lengths, curves,
                     catalog.tiers, r.tolerance,
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
-                    sites(catalog), thinking_model(catalog), few_shot(catalog))
+                    sites(catalog), thinking_model(catalog), few_shot(catalog),
+                    LoadPricing(r.batch_pricing, r.colocation_penalty))
     path = catalog.path(r.complexity) if r.complexity else COMPLEXITY
     report = complexity_report(path)
     model, targets = load_complexity(path, r.quality_target, catalog.quality, report)

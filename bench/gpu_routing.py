@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,7 @@ class Setup:
     curves_dir: Path
 
 
-def catalog_for(s: Setup, with_curves: bool) -> Catalog:
+def catalog_for(s: Setup, with_curves: bool, routing: dict[str, Any] | None = None) -> Catalog:
     shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
     backends = []
     for tier, shape in s.shapes.items():
@@ -84,7 +85,8 @@ def catalog_for(s: Setup, with_curves: bool) -> Catalog:
         "backends": backends,
         "quality": shipped["quality"],
         "routing": {**shipped["routing"], "lengths_file": None,
-                    "direct_max_tokens": DIRECT_TOKENS, "cot_max_tokens": COT_TOKENS},
+                    "direct_max_tokens": DIRECT_TOKENS, "cot_max_tokens": COT_TOKENS,
+                    **(routing or {})},
         "base_dir": str(ROOT),
     })
 
@@ -127,7 +129,7 @@ def phase_calibrate(s: Setup, sweep: Sweep, name: str = "gpu-curves") -> None:
     })
 
 
-def _body(mode: str, text: str, unloaded: str) -> dict[str, Any]:
+def _body(mode: str, text: str, unloaded: str = "") -> dict[str, Any]:
     """The request body of `mode`; `split` sends the action the router takes
     for this prompt with nothing running (`unloaded`, e.g. "small:cot") as a
     forced tier: routing by quality alone, blind to load."""
@@ -137,7 +139,7 @@ def _body(mode: str, text: str, unloaded: str) -> dict[str, Any]:
     if mode == "small":
         return {"model": "small", "messages": msgs, "max_tokens": DIRECT_TOKENS,
                 "ignore_eos": True}
-    if mode == "auto":
+    if mode in AUTO:
         return {"model": "auto", "messages": msgs, "ignore_eos": True}  # + target header
     if mode == "large":
         return {"model": "large", "messages": msgs, "max_tokens": DIRECT_TOKENS,
@@ -155,7 +157,7 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
     expected: list[float] = []
     small_at: list[int] = []  # auto: the place in arrival order of each request sent small
     started = 0
-    headers = {"x-joulegate-quality-target": str(QUALITY_TARGET)} if mode == "auto" else {}
+    headers = {"x-joulegate-quality-target": str(QUALITY_TARGET)} if mode in AUTO else {}
 
     async def one(client: httpx.AsyncClient, i: int, text: str) -> None:
         nonlocal started
@@ -178,7 +180,7 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
                 act = unloaded[i]
             routes.append(act)
             expected.append(quality[i].get(act, float("nan")))
-            if mode == "auto" and act.startswith("small:"):
+            if mode in AUTO and act.startswith("small:"):
                 small_at.append(place)
 
     joules, wall = await metered_run(nvml, one, prompts)
@@ -187,7 +189,7 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
     return {"joules": joules, "wall_s": wall, "routes": dict(Counter(routes)),
             "failed": dict(Counter(failures)), "answered": len(routes),
             "expected_quality": sum(expected) / max(1, len(expected)),
-            **({"small_at": sorted(small_at)} if mode == "auto" else {})}
+            **({"small_at": sorted(small_at)} if mode in AUTO else {})}
 
 
 # Modes in turns; at concurrency 8 (runs of ~20 s, where drift between runs is
@@ -201,8 +203,13 @@ ORDERS = {1: ("auto", "large", "small-cot"), 8: ABBA}
 EXTRA_ORDERS = {2: ABBA, 4: ABBA}
 REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
 # --split: is the router's load pricing right? `split` (each prompt to its
-# unloaded action, blind to load) against `auto` and always-large, in turns.
-SPLIT_ORDER = ("large", "split", "auto", "split", "large")
+# unloaded action, blind to load) and `auto-share` (a second gateway on the
+# same workers, its router pricing a joining request at its share of the
+# batch, no co-location penalty: router.pricing) against `auto` and
+# always-large, in turns.
+SPLIT_ORDER = ("large", "split", "auto-share", "auto", "auto-share", "split", "large")
+SHARE_ROUTING = {"batch_pricing": "share", "colocation_penalty": 0.0}
+AUTO = ("auto", "auto-share")
 
 
 def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = False) -> str:
@@ -225,8 +232,11 @@ def phase_replay(s: Setup, n: int, workload: str,
     prompts = [t[:6000] for _, t in mix]
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
     results: dict[str, Any] = {}
-    with run_gateway(catalog, Seams(),
-                     first_byte_timeout_seconds=600, between_chunks_timeout_seconds=600) as gw:
+    timeouts = {"first_byte_timeout_seconds": 600, "between_chunks_timeout_seconds": 600}
+    with run_gateway(catalog, Seams(), **timeouts) as gw, contextlib.ExitStack() as more:
+        gateways = {"auto-share": more.enter_context(run_gateway(
+            catalog_for(s, with_curves=True, routing=SHARE_ROUTING), Seams(), **timeouts))
+        } if split else {}
         decisions = [httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": [
             {"role": "user", "content": t}]}, headers={
                 "x-joulegate-quality-target": str(QUALITY_TARGET)}).json() for t in prompts]
@@ -246,7 +256,8 @@ def phase_replay(s: Setup, n: int, workload: str,
             done: dict[str, list[dict[str, Any]]] = {}
             for m in order:
                 done.setdefault(m, []).append(
-                    asyncio.run(_mode(gw, reader, m, prompts, conc, quality, acts)))
+                    asyncio.run(_mode(gateways.get(m, gw), reader, m, prompts, conc,
+                                      quality, acts)))
             runs = {m: merge_runs(rs) for m, rs in done.items()}
             results[f"c{conc}"] = {
                 "order": list(order),
@@ -258,6 +269,12 @@ def phase_replay(s: Setup, n: int, workload: str,
                     "split_savings_vs_auto": 1 - runs["split"]["joules"]
                     / runs["auto"]["joules"],
                     "split_quality_ratio_vs_large": runs["split"]["expected_quality"]
+                    / runs["large"]["expected_quality"],
+                    "share_savings_vs_large": 1 - runs["auto-share"]["joules"]
+                    / runs["large"]["joules"],
+                    "share_savings_vs_auto": 1 - runs["auto-share"]["joules"]
+                    / runs["auto"]["joules"],
+                    "share_quality_ratio_vs_large": runs["auto-share"]["expected_quality"]
                     / runs["large"]["expected_quality"]} if "split" in runs else {}),
                 "quality_ratio_vs_large": runs["auto"]["expected_quality"]
                 / runs["large"]["expected_quality"],
@@ -315,7 +332,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     ap.add_argument("--split", action="store_true",
-                    help="turns of large, split (load-blind), auto instead of the usual modes")
+                    help="turns of large, split (load-blind), auto-share and auto "
+                         "instead of the usual modes")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     s = Setup(args.llama_server, args.models_dir, args.out,

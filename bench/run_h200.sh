@@ -59,8 +59,9 @@ fi
 concurrency="${CONCURRENCY:-1,8}"  # CONCURRENCY=8: the c=8 turns alone (~2.5 min a workload)
 part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
 # SPLIT=1: turns of always-large, `split` (each prompt to its unloaded action,
-# blind to load) and auto instead (-split.json; at c=4 ~100 s for n=100 prompts,
-# so ~6 min for the whole 200: longer than a fresh machine's call has after setup)
+# blind to load), auto-share (share pricing, router.pricing) and auto instead
+# (-split.json; seven turns: at c=4 ~35 s a turn of 100 prompts; N=100 sets the
+# prompts, the whole 200 need a warm machine's call)
 split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrency//,/-c}}-split"; }
 need=360; [ "$concurrency" = 8 ] && need=180
 # c=2 and c=4 (estimates from the c=8 turns' ~12 s each: not measured yet):
@@ -68,14 +69,14 @@ need=360; [ "$concurrency" = 8 ] && need=180
 [ "$concurrency" = 2 ] && need=330
 [ "$concurrency" = 4 ] && need=210
 [ "$concurrency" = "2,4" ] && need=480
-[ -n "$split" ] && need=380
+[ -n "$split" ] && need=$(( ${N:-200} * 27 / 10 ))
 for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
   f="gpu-routing-$workload$part.json"
   [ -f /tmp/jg/res/gpu-routing.json.skip ] && break
   [ -f "/tmp/jg/res/$f" ] && continue
   if [ "$(left)" -lt "$need" ]; then echo "replay of $workload needs ~$((need / 60)) min: call again"; exit 0; fi
   timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload "$workload" \
-    --concurrency "$concurrency" $split \
+    --concurrency "$concurrency" $split --n "${N:-200}" \
     --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
     --curves-dir /tmp/jg/curves | tail -5
   cp /tmp/jg/res/gpu-routing-"$workload$part".* "$OUT_DIR/"

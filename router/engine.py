@@ -162,7 +162,7 @@ def _describe(c: Candidate) -> dict[str, object]:
 def _waking_note(chosen: Candidate, cands: list[Candidate]) -> str:
     """When the chosen action joins a running batch and another backend would
     have to start beside it: say what waking that one was priced at."""
-    if not chosen.pricing.startswith("joins"):
+    if not chosen.pricing.startswith(("joins", "shares")):
         return ""
     beside = [x for x in cands if x.pricing.startswith("beside")
               and x.spec.backend != chosen.spec.backend and x.expected_joules is not None]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from router.curves import Curve
 from router.decision import Policy as PolicyName
 from router.fewshot import FewShot
-from router.pricing import Pricing, Site
+from router.pricing import LoadPricing, Pricing, Site
 from router.quality import ExpectedLengths, QualityTable, action
 from router.thinking import CLOSING_TOKENS, ThinkingModel, budget_share
 
@@ -88,7 +88,7 @@ class Policy:
                  tolerance: float = 0.05, caps: Caps = Caps(),
                  sites: Mapping[str, Site] | None = None,
                  thinking: ThinkingModel | None = None,
-                 few_shot: FewShot | None = None) -> None:
+                 few_shot: FewShot | None = None, load: LoadPricing | None = None) -> None:
         self.actions = actions
         self.thinking = thinking or ThinkingModel()
         self.few_shot = few_shot or FewShot()
@@ -99,7 +99,8 @@ class Policy:
         self.tolerance = tolerance
         self.caps = caps
         self._rank = {t: i for i, t in enumerate(tiers)}
-        self.pricing = Pricing(sites or {}, {a.backend: self._rank[a.tier] for a in actions})
+        self.pricing = Pricing(sites or {}, {a.backend: self._rank[a.tier] for a in actions},
+                               load or LoadPricing())
         # What pricing an action needs that no request changes: its key, its token
         # cap, the prompt tokens its strategy adds, its backend's curve.
         self._plans = [(a, a.key, caps.cot_max_tokens if a.strategy == "cot"

@@ -37,10 +37,25 @@ def test_shipped_models_yaml_is_valid() -> None:
     (lambda d: d["backends"][0].update(replicas=[]), "backends.0.replicas"),
     (lambda d: d["backends"][0].update(typo_field=1), "backends.0.typo_field"),
     (lambda d: d.pop("tiers"), "tiers"),
+    (lambda d: d["routing"].update(batch_pricing="average"), "routing.batch_pricing"),
+    (lambda d: d["routing"].update(colocation_penalty=-1), "routing.colocation_penalty"),
 ])
 def test_bad_field_is_named(tmp_path: Path, mutate: object, field: str) -> None:
     with pytest.raises(CatalogError, match=field.replace(".", r"\.")):
         load_catalog(write(tmp_path, mutate))
+
+
+def test_load_pricing_is_read_into_the_router() -> None:
+    from app.catalog import parse_catalog
+    from app.routing import LengthBook, build_router
+
+    data = yaml.safe_load((ROOT / "models.yaml").read_text())
+    data["routing"].update(batch_pricing="share", colocation_penalty=0.25)
+    c = parse_catalog({**data, "base_dir": str(ROOT)})
+    pricing = build_router(c, LengthBook(None)).policy.pricing
+    assert pricing.share and pricing.penalty == 0.25
+    shipped = build_router(load_catalog(ROOT / "models.yaml"), LengthBook(None)).policy.pricing
+    assert not shipped.share and shipped.penalty == 1.0
 
 
 def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:

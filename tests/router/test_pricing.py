@@ -8,7 +8,7 @@ import pytest
 
 from router.curves import Curve
 from router.policy import ActionSpec, Caps, Policy
-from router.pricing import Pricing, Site
+from router.pricing import LoadPricing, Pricing, Site
 from router.quality import ExpectedLengths, QualityTable
 
 # The H200 curves' shape: own work A per kilotoken, shared work B per kilotoken / n.
@@ -76,3 +76,46 @@ def test_auto_joins_the_busy_large_batch_and_says_why() -> None:
     busy = policy.choose(policy.candidates(probs, 100, None, {"large-8b": 7}), "balanced", None)
     assert busy.chosen.spec.key == "large:direct"
     assert busy.chosen.pricing == "joins a batch of 7"
+
+
+SHARE = LoadPricing("share", colocation_penalty=0.0)
+
+
+def test_share_pricing_charges_a_joining_request_its_share_of_the_batch_it_makes() -> None:
+    p = Pricing(SHARED, RANK, SHARE).price(LARGE, "large-8b", 100, 64, {"large-8b": 7})
+    assert p.note == "shares a batch of 8"
+    assert p.joules == pytest.approx(LARGE.joules(100, 64, 8))
+    # two replicas, seven running: the request's batch is 3.5 + 1
+    two = {"large-8b": Site(2)}
+    p = Pricing(two, RANK, SHARE).price(LARGE, "large-8b", 100, 64, {"large-8b": 7})
+    assert p.joules == pytest.approx(LARGE.joules(100, 64, 4.5))
+    # alone is alone under either pricing
+    assert Pricing(SHARED, RANK, SHARE).price(LARGE, "large-8b", 100, 64, {}).joules == \
+        pytest.approx(LARGE.joules(100, 64, 1))
+
+
+def test_the_colocation_penalty_is_a_setting() -> None:
+    p = Pricing(SHARED, RANK, SHARE).price(SMALL, "small-1b", 100, 64, {"large-8b": 7})
+    assert p.note == "beside large-8b" and p.joules == pytest.approx(SMALL.joules(100, 64, 1))
+    half = LoadPricing("margin", colocation_penalty=0.5)
+    p = Pricing(SHARED, RANK, half).price(SMALL, "small-1b", 100, 64, {"large-8b": 7})
+    assert p.joules == pytest.approx(1.5 * SMALL.joules(100, 64, 1))
+
+
+def test_share_pricing_keeps_easy_chat_on_the_small_model_beside_a_few_large_requests() -> None:
+    """Four clients, three on the 8B: at the margin the 8B looks nearly free
+    and takes the request; at its share of a batch of four the 1B is cheaper
+    (the load-blind split that used 25.7% less at four clients, docs/routing.md)."""
+    actions = [ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b", "direct")]
+    quality = QualityTable({"chat": {"small:direct": 0.80, "large:direct": 0.82}})
+
+    def chosen(load: LoadPricing | None, running: dict[str, int]) -> str:
+        policy = Policy(actions, quality, ExpectedLengths(),
+                        {"small-1b": SMALL, "large-8b": LARGE}, ["small", "large"], 0.05,
+                        Caps(64, 192), SHARED, load=load)
+        cands = policy.candidates({"chat": 1.0}, 100, None, running)
+        return policy.choose(cands, "balanced", None).chosen.spec.key
+
+    assert chosen(None, {"large-8b": 3}) == "large:direct"
+    assert chosen(SHARE, {"large-8b": 3}) == "small:direct"
+    assert chosen(SHARE, {}) == "small:direct"
