@@ -166,9 +166,9 @@ class Routing(_Strict):
         return data
 
     # How load prices an action (router.pricing): a request joining a running
-    # batch at the margin (its own work) or at its share of the batch; and the
-    # co-location penalty beside another model's batch on one device.
-    batch_pricing: Literal["margin", "share"] = "margin"
+    # batch at its share of the batch (share) or at the margin (its own work);
+    # and the co-location penalty beside another model's batch on one device.
+    batch_pricing: Literal["margin", "share"] = "share"
     colocation_penalty: float = Field(default=COLOCATION_PENALTY, ge=0, le=10)
     lengths_file: str | None = None
     classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl

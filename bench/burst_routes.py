@@ -5,8 +5,12 @@ with this machine's CPU llama.cpp workers (random-weight tiny models) in
 place of the GPU's. It records decisions only: the energy is the replay's
 (bench/gpu_routing.py on a GPU).
 
-    python -m bench.burst_routes [--n 96] [--concurrency 1,2,4,8]
-        ->  bench/results/burst-routes.json
+    python -m bench.burst_routes [--n 96] [--concurrency 1,2,4,8] [--margin]
+        ->  bench/results/burst-routes[-margin].json
+
+`--margin`: the router prices load as before e14f8ee's replay: a request
+joining a batch at the margin, x2 beside another model (router.pricing;
+bench.gpu_routing's `auto-margin`).
 
 Each concurrency gets a fresh gateway (no memory of earlier traffic) and the
 chat-traffic workload's first `n` prompts, sent by closed-loop clients. For
@@ -29,7 +33,7 @@ import httpx
 from app.tools.embedded import run_gateway
 from app.tools.workload import WORKLOADS
 from bench.gpu_common import project_commit
-from bench.gpu_routing import PORTS, QUALITY_TARGET, Setup, catalog_for
+from bench.gpu_routing import MARGIN_ROUTING, PORTS, QUALITY_TARGET, Setup, catalog_for
 from workers.local import WorkerSpec, llama_server, start_worker, stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +85,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=96)
     ap.add_argument("--concurrency", default="1,2,4,8")
+    ap.add_argument("--margin", action="store_true", help="margin pricing (router.pricing)")
     args = ap.parse_args()
+    routing = MARGIN_ROUTING if args.margin else None
     levels = [int(c) for c in args.concurrency.split(",")]
     prompts = WORKLOADS["chat-traffic"](args.n)
     setup = Setup("", Path(), Path(), SHAPES, "estimate", ROOT / "curves" / "h200")
@@ -91,17 +97,18 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         for c in levels:
-            with run_gateway(catalog_for(setup, with_curves=True)) as gw:
+            with run_gateway(catalog_for(setup, with_curves=True, routing=routing)) as gw:
                 rows = asyncio.run(burst(gw.v1, prompts, c))
             results[f"c={c}"] = {**summary(rows, c), "requests": rows}
             print(c, {k: v for k, v in results[f"c={c}"].items() if k != "requests"},
                   flush=True)
     finally:
         stop(workers)
-    out = ROOT / "bench" / "results" / "burst-routes.json"
+    out = ROOT / "bench" / "results" / f"burst-routes{'-margin' if args.margin else ''}.json"
     out.write_text(json.dumps({
         "commit": project_commit(), "workload": "chat-traffic", "quality_target": QUALITY_TARGET,
         "catalogue": "the H200 replay's: llama-1b and llama-8b curves (curves/h200), one GPU",
+        "load_pricing": routing or "the shipped (share, colocation penalty 0)",
         "workers": "this machine's CPU llama.cpp workers, random-weight tiny models",
         "measures": "decisions only (arrival place -> tier); no energy", **results},
         indent=1) + "\n")

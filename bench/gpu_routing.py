@@ -203,13 +203,13 @@ ORDERS = {1: ("auto", "large", "small-cot"), 8: ABBA}
 EXTRA_ORDERS = {2: ABBA, 4: ABBA}
 REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
 # --split: is the router's load pricing right? `split` (each prompt to its
-# unloaded action, blind to load) and `auto-share` (a second gateway on the
-# same workers, its router pricing a joining request at its share of the
-# batch, no co-location penalty: router.pricing) against `auto` and
+# unloaded action, blind to load) and `auto-margin` (a second gateway on the
+# same workers, its router pricing a joining request at the margin, x2 beside
+# another model: the pricing before e14f8ee's replay) against `auto` and
 # always-large, in turns.
-SPLIT_ORDER = ("large", "split", "auto-share", "auto", "auto-share", "split", "large")
-SHARE_ROUTING = {"batch_pricing": "share", "colocation_penalty": 0.0}
-AUTO = ("auto", "auto-share")
+SPLIT_ORDER = ("large", "auto", "split", "auto-margin", "split", "auto", "large")
+MARGIN_ROUTING = {"batch_pricing": "margin", "colocation_penalty": 1.0}
+AUTO = ("auto", "auto-margin")
 
 
 def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = False) -> str:
@@ -234,8 +234,8 @@ def phase_replay(s: Setup, n: int, workload: str,
     results: dict[str, Any] = {}
     timeouts = {"first_byte_timeout_seconds": 600, "between_chunks_timeout_seconds": 600}
     with run_gateway(catalog, Seams(), **timeouts) as gw, contextlib.ExitStack() as more:
-        gateways = {"auto-share": more.enter_context(run_gateway(
-            catalog_for(s, with_curves=True, routing=SHARE_ROUTING), Seams(), **timeouts))
+        gateways = {"auto-margin": more.enter_context(run_gateway(
+            catalog_for(s, with_curves=True, routing=MARGIN_ROUTING), Seams(), **timeouts))
         } if split else {}
         decisions = [httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": [
             {"role": "user", "content": t}]}, headers={
@@ -270,11 +270,9 @@ def phase_replay(s: Setup, n: int, workload: str,
                     / runs["auto"]["joules"],
                     "split_quality_ratio_vs_large": runs["split"]["expected_quality"]
                     / runs["large"]["expected_quality"],
-                    "share_savings_vs_large": 1 - runs["auto-share"]["joules"]
+                    "margin_savings_vs_large": 1 - runs["auto-margin"]["joules"]
                     / runs["large"]["joules"],
-                    "share_savings_vs_auto": 1 - runs["auto-share"]["joules"]
-                    / runs["auto"]["joules"],
-                    "share_quality_ratio_vs_large": runs["auto-share"]["expected_quality"]
+                    "margin_quality_ratio_vs_large": runs["auto-margin"]["expected_quality"]
                     / runs["large"]["expected_quality"]} if "split" in runs else {}),
                 "quality_ratio_vs_large": runs["auto"]["expected_quality"]
                 / runs["large"]["expected_quality"],
@@ -332,7 +330,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     ap.add_argument("--split", action="store_true",
-                    help="turns of large, split (load-blind), auto-share and auto "
+                    help="turns of large, auto, split (load-blind) and auto-margin "
                          "instead of the usual modes")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -305,8 +305,13 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                "py-spy profile of the forced tier at c=50", ""),
     "burst-routes.json": ("python -m bench.burst_routes",
                           "auto's decisions with the H200 catalogue from a cold start at "
-                          "c=1/2/4/8 (CPU workers, decisions only): from c=2 on, the first "
-                          "3 arrivals small, then all large", ""),
+                          "c=1/2/4/8 (CPU workers, decisions only), the shipped share "
+                          "pricing: the load-blind split's share small up to c=4, nearly "
+                          "all large at c=8", ""),
+    "burst-routes-margin.json": ("python -m bench.burst_routes --margin",
+                                 "the same with the margin pricing (the router before "
+                                 "e14f8ee's replay): from c=2 on, the first 3 arrivals "
+                                 "small, then all large", ""),
     "server-ab.json": ("python -m bench.server_ab --rounds 3 (pip install granian)",
                        "the ASGI server in turns under the bare pass-through: granian "
                        "0.96x uvicorn's req/s at c=50, 0.60x at c=1; uvicorn kept", ""),

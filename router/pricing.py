@@ -8,30 +8,30 @@ A(P, C) is the request's own work; B(P, C) is the batch's shared work (weight
 reads, idle power) split among the n requests that run together. So:
 
 - **alone** (the backend idle, nothing else busy on its device): J(P, C, 1);
-- **joins a batch** (every replica of the backend busy): the marginal joules
-  (n+1) J(n+1) - n J(n) = A(P, C): the shared part is paid already;
+- **shares a batch** (every replica of the backend busy; the default,
+  `share`): its share of the batch it makes, J(P, C, n+1). Under a closed
+  loop of clients a batch runs because requests keep joining it, so its
+  shared work is paid by them. Priced at the margin instead (`margin`: (n+1)
+  J(n+1) - n J(n) = A(P, C), "joins a batch"), the large model looks nearly
+  free under load and gets everything: at four clients on an H100 that router
+  sent 98% large and used 6.2% more than always-large, where the load-blind
+  split (every prompt to its idle-GPU action) used 25.7% less (e14f8ee, NVML,
+  docs/routing.md "Decisions under overlapping load"); `share` makes the
+  split's decisions there and still sends nearly everything large at eight
+  (`python -m bench.burst_routes --share`);
 - **beside another model** on the same device: two llama.cpp or vLLM
-  processes on one GPU time-slice it, so a request there also delays the
-  other model's batch by about its own running time. Its price is J(P, C, n+1)
-  x (1 + COLOCATION_PENALTY). Measured on the H200 at ba81e54 (`git show
-  10d0060:bench/results/gpu-routing.json`): at concurrency 8, 10 requests sent
-  to the 1B beside the 8B's batch cost 1,231 J (NVML) more than the always-8B
-  run; this model predicts 1,098 J, and the pricing that ignored it cost 18%
-  more than always-8B.
+  processes on one GPU time-slice it. Its price is J(P, C, n+1) x (1 +
+  colocation penalty), the penalty 0 by default: the time it takes from the
+  other model's batch is GPU time its own joules already pay for, and the
+  batch has that request fewer to finish. The x2 once used here rested on
+  one replay at ba81e54 (H200: 10 requests sent to the 1B beside the 8B's
+  batch, 18% more than always-8B), whose auto turn ran first on a cold GPU:
+  a first turn used 10-23% more than the same mode's last on an H100
+  (862eb23), so it measured no co-location cost.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
-yield to it rather than run beside it. Pure arithmetic.
-
-`share` batching (routing.batch_pricing, not the default until measured at
-eight clients): a request joining a batch pays its share of the batch it
-makes, J(P, C, n+1), not the margin. Under a closed loop of clients a batch
-runs because requests keep joining it, so its shared work is paid by them;
-priced at the margin the large model looks nearly free under load and gets
-everything. At four clients on an H100 the load-blind split (every prompt to
-its idle-GPU action) used 25.7% less than always-large and 30% less than
-the margin-priced router (docs/routing.md, "Decisions under overlapping
-load"); `share` with no co-location penalty makes the split's decisions there.
+price themselves beside it. Pure arithmetic.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Literal
 
 from router.curves import Curve
 
-COLOCATION_PENALTY = 1.0
+COLOCATION_PENALTY = 0.0
 Batching = Literal["margin", "share"]
 
 
@@ -52,7 +52,7 @@ class LoadPricing:
     """How load prices an action: `batching` (margin or share, above) and the
     co-location penalty beside another model's batch (x (1 + penalty))."""
 
-    batching: Batching = "margin"
+    batching: Batching = "share"
     colocation_penalty: float = COLOCATION_PENALTY
 
 

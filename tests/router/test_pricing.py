@@ -1,4 +1,6 @@
-"""Batch-aware pricing: alone, joining a batch, beside another model on one GPU."""
+"""Batch-aware pricing: alone, joining a batch, beside another model on one GPU:
+the margin pricing with the x2 co-location penalty (the router before e14f8ee's
+replay, still a setting) and the default share pricing."""
 
 from __future__ import annotations
 
@@ -19,15 +21,16 @@ LARGE = Curve("large-8b", "gpu0", "t", "8b", "nvml", "d",
 SHARED = {"small-1b": Site(1, frozenset({"large-8b"})),
           "large-8b": Site(1, frozenset({"small-1b"}))}
 RANK = {"small-1b": 0, "large-8b": 1}
+MARGIN = LoadPricing("margin", colocation_penalty=1.0)
 
 
 def test_alone_is_the_standalone_curve() -> None:
-    p = Pricing(SHARED, RANK).price(SMALL, "small-1b", 100, 64, {})
+    p = Pricing(SHARED, RANK, MARGIN).price(SMALL, "small-1b", 100, 64, {})
     assert p.note == "alone" and p.joules == pytest.approx(SMALL.joules(100, 64, 1))
 
 
 def test_joining_a_running_batch_costs_only_the_requests_own_work() -> None:
-    p = Pricing(SHARED, RANK).price(LARGE, "large-8b", 100, 64, {"large-8b": 7})
+    p = Pricing(SHARED, RANK, MARGIN).price(LARGE, "large-8b", 100, 64, {"large-8b": 7})
     c = 64 / 1000
     assert p.note == "joins a batch of 7"
     assert p.joules == pytest.approx(28.8 * 0.1 + 117.0 * c + 18.5 * 0.1 * c)
@@ -37,7 +40,7 @@ def test_joining_a_running_batch_costs_only_the_requests_own_work() -> None:
 
 
 def test_beside_the_busy_larger_model_pays_for_the_time_it_takes_from_it() -> None:
-    pricing = Pricing(SHARED, RANK)
+    pricing = Pricing(SHARED, RANK, MARGIN)
     p = pricing.price(SMALL, "small-1b", 100, 64, {"large-8b": 7})
     assert p.note == "beside large-8b"
     assert p.joules == pytest.approx(2 * SMALL.joules(100, 64, 1))
@@ -50,13 +53,13 @@ def test_beside_the_busy_larger_model_pays_for_the_time_it_takes_from_it() -> No
 
 
 def test_waking_the_large_model_beside_a_busy_small_one_is_dearer() -> None:
-    p = Pricing(SHARED, RANK).price(LARGE, "large-8b", 100, 64, {"small-1b": 3})
+    p = Pricing(SHARED, RANK, MARGIN).price(LARGE, "large-8b", 100, 64, {"small-1b": 3})
     assert p.note == "beside small-1b" and p.joules == pytest.approx(2 * LARGE.joules(100, 64, 1))
 
 
 def test_separate_devices_and_spare_replicas() -> None:
     apart = {"small-1b": Site(1), "large-8b": Site(2)}
-    pricing = Pricing(apart, RANK)
+    pricing = Pricing(apart, RANK, MARGIN)
     assert pricing.price(SMALL, "small-1b", 100, 64, {"large-8b": 7}).note == "alone"
     # One of two replicas busy: the request goes to the idle one.
     assert pricing.price(LARGE, "large-8b", 100, 64, {"large-8b": 1}).note == "alone"
@@ -69,7 +72,7 @@ def test_auto_joins_the_busy_large_batch_and_says_why() -> None:
     actions = [ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b", "direct")]
     quality = QualityTable({"chat": {"small:direct": 0.80, "large:direct": 0.82}})
     policy = Policy(actions, quality, ExpectedLengths(), {"small-1b": SMALL, "large-8b": LARGE},
-                    ["small", "large"], 0.05, Caps(64, 192), SHARED)
+                    ["small", "large"], 0.05, Caps(64, 192), SHARED, load=MARGIN)
     probs = {"chat": 1.0}
     idle = policy.choose(policy.candidates(probs, 100, None, {}), "balanced", None)
     assert idle.chosen.spec.key == "small:direct"
@@ -94,6 +97,11 @@ def test_share_pricing_charges_a_joining_request_its_share_of_the_batch_it_makes
         pytest.approx(LARGE.joules(100, 64, 1))
 
 
+def test_share_with_no_penalty_is_the_default() -> None:
+    assert Pricing(SHARED, RANK).price(LARGE, "large-8b", 100, 64, {"large-8b": 7}).joules == \
+        pytest.approx(LARGE.joules(100, 64, 8))
+
+
 def test_the_colocation_penalty_is_a_setting() -> None:
     p = Pricing(SHARED, RANK, SHARE).price(SMALL, "small-1b", 100, 64, {"large-8b": 7})
     assert p.note == "beside large-8b" and p.joules == pytest.approx(SMALL.joules(100, 64, 1))
@@ -116,6 +124,7 @@ def test_share_pricing_keeps_easy_chat_on_the_small_model_beside_a_few_large_req
         cands = policy.candidates({"chat": 1.0}, 100, None, running)
         return policy.choose(cands, "balanced", None).chosen.spec.key
 
-    assert chosen(None, {"large-8b": 3}) == "large:direct"
+    assert chosen(MARGIN, {"large-8b": 3}) == "large:direct"
+    assert chosen(None, {"large-8b": 3}) == "small:direct"  # share is the default
     assert chosen(SHARE, {"large-8b": 3}) == "small:direct"
     assert chosen(SHARE, {}) == "small:direct"
