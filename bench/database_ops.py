@@ -37,8 +37,11 @@ import app
 assert app.__path__[0].startswith(sys.argv[2]), app.__path__
 url = sys.argv[1] if sys.argv[1] != "sqlite" else f"sqlite:///{tempfile.mkdtemp()}/j.db"
 db = Database.open(url)
+# the 15 columns every layout has, then None for the optional ones a later
+# layout added (request id, final flag, model, saved joules, cached tokens)
 row = (time.time(), "k", "n", "auto", "small", "b", "direct", "chat", "ok", 10, 5, 1.0, 2.0,
        "nvml", 0.01)
+row += (None,) * (len(COLUMNS) - len(row))
 inserts, selects = [], []
 for _ in range(20):
     t = time.perf_counter(); db.insert("usage", COLUMNS, [row] * 200)
