@@ -258,6 +258,12 @@ def phase_replay(s: Setup, n: int, workload: str,
                 done.setdefault(m, []).append(
                     asyncio.run(_mode(gateways.get(m, gw), reader, m, prompts, conc,
                                       quality, acts)))
+                # each turn as it ends: a call cut off by its time limit keeps them
+                write_json(s.out / replay_name(workload, concurrencies, split).replace(
+                    ".json", ".partial.json"), {
+                        "commit": project_commit(), "device": reader.name,
+                        "source": reader.source, "concurrency": conc, "n": len(prompts),
+                        "unloaded_routes": dict(Counter(acts)), "turns_done": done})
             runs = {m: merge_runs(rs) for m, rs in done.items()}
             results[f"c{conc}"] = {
                 "order": list(order),

@@ -75,10 +75,11 @@ for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
   [ -f /tmp/jg/res/gpu-routing.json.skip ] && break
   [ -f "/tmp/jg/res/$f" ] && continue
   if [ "$(left)" -lt "$need" ]; then echo "replay of $workload needs ~$((need / 60)) min: call again"; exit 0; fi
+  # cut off by the time left: its finished turns are in the .partial.json
   timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload "$workload" \
     --concurrency "$concurrency" $split --n "${N:-200}" \
     --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
-    --curves-dir /tmp/jg/curves | tail -5
+    --curves-dir /tmp/jg/curves | tail -5 || echo "replay of $workload stopped: partial turns kept"
   cp /tmp/jg/res/gpu-routing-"$workload$part".* "$OUT_DIR/"
 done
 if [ ! -f /tmp/jg/res/gpu-telemetry.json ] && [ ! -f /tmp/jg/res/gpu-telemetry.json.skip ]; then
