@@ -50,7 +50,7 @@ class Candidate:
     expected_quality: float
     expected_joules: float | None
     completion_tokens: int
-    pricing: str = ""  # how its joules were priced (router.pricing): alone, joins, beside
+    pricing: str = ""  # how its joules were priced (router.pricing): alone, shares, joins, beside
     # Reasoning backends: the thinking budget (0: no thinking) and the thinking
     # tokens expected under it (in completion_tokens); None: not a reasoning action.
     thinking_budget: int | None = None

@@ -128,3 +128,19 @@ def test_share_pricing_keeps_easy_chat_on_the_small_model_beside_a_few_large_req
     assert chosen(None, {"large-8b": 3}) == "small:direct"  # share is the default
     assert chosen(SHARE, {"large-8b": 3}) == "small:direct"
     assert chosen(SHARE, {}) == "small:direct"
+
+
+def test_a_shared_batch_chosen_says_what_waking_the_other_model_was_priced_at() -> None:
+    from router.engine import _waking_note
+    from router.policy import Candidate
+
+    small, large = ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b",
+                                                                          "direct")
+    pricing = Pricing(SHARED, RANK)
+    running = {"large-8b": 7}
+    cands = [Candidate(a, 0.8, p.joules, 64, p.note) for a, p in (
+        (small, pricing.price(SMALL, "small-1b", 2000, 64, running)),
+        (large, pricing.price(LARGE, "large-8b", 2000, 64, running)))]
+    note = _waking_note(cands[1], cands)
+    assert cands[1].pricing == "shares a batch of 8" and cands[0].pricing == "beside large-8b"
+    assert note.startswith("; cheaper than waking small-1b beside it for small:direct at")
