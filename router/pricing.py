@@ -18,16 +18,16 @@ reads, idle power) split among the n requests that run together. So:
   split (every prompt to its idle-GPU action) used 25.7% less (e14f8ee, NVML,
   docs/routing.md "Decisions under overlapping load"); `share` makes the
   split's decisions there and still sends nearly everything large at eight
-  (`python -m bench.burst_routes --share`);
+  (`python -m bench.burst_routes`; `--margin` for the old pricing);
 - **beside another model** on the same device: two llama.cpp or vLLM
   processes on one GPU time-slice it. Its price is J(P, C, n+1) x (1 +
   colocation penalty), the penalty 0 by default: the time it takes from the
   other model's batch is GPU time its own joules already pay for, and the
   batch has that request fewer to finish. The x2 once used here rested on
   one replay at ba81e54 (H200: 10 requests sent to the 1B beside the 8B's
-  batch, 18% more than always-8B), whose auto turn ran first on a cold GPU:
-  a first turn used 10-23% more than the same mode's last on an H100
-  (862eb23), so it measured no co-location cost.
+  batch, 18% more than always-8B) of one turn per mode, auto's the first at
+  c=8; a replay's first turn used 10-23% more than the same mode's last on
+  an H100 (862eb23), so that pair cannot tell the cost from the order.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
