@@ -21,13 +21,17 @@ reads, idle power) split among the n requests that run together. So:
   (`python -m bench.burst_routes`; `--margin` for the old pricing);
 - **beside another model** on the same device: two llama.cpp or vLLM
   processes on one GPU time-slice it. Its price is J(P, C, n+1) x (1 +
-  colocation penalty), the penalty 0 by default: the time it takes from the
-  other model's batch is GPU time its own joules already pay for, and the
-  batch has that request fewer to finish. The x2 once used here rested on
-  one replay at ba81e54 (H200: 10 requests sent to the 1B beside the 8B's
-  batch, 18% more than always-8B) of one turn per mode, auto's the first at
-  c=8; a replay's first turn used 10-23% more than the same mode's last on
-  an H100 (862eb23), so that pair cannot tell the cost from the order.
+  colocation penalty), the penalty 0 by default. A thin mix beside a full
+  batch is costly: at concurrency 8 on the H200, 10 requests of 200 sent
+  to the 1B cost 18% more than always-8B (ba81e54) and 26 of 200, with the
+  1B's batch priced at the margin too, 59% more (3c205a8; single turns,
+  auto's first). A wide one is not: at four clients the split sent 68 of
+  100 small and used 25.7% less. With `share`, the 8B's batch of eight is
+  cheaper than a 1B alone for the short prompts of both workloads, so at
+  eight clients nearly everything stays large (the thin mix does not
+  form); any penalty above ~0.2 would send everything large at four from
+  an idle 1B as well. Easy requests with long prompts can still go to the
+  1B beside a full 8B batch: that case is not measured.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
