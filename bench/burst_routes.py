@@ -6,14 +6,15 @@ place of the GPU's. It records decisions only: the energy is the replay's
 (bench/gpu_routing.py on a GPU).
 
     python -m bench.burst_routes [--n 96] [--concurrency 1,2,4,8] [--margin]
-        ->  bench/results/burst-routes[-margin].json
+                                 [--workload long-documents]
+        ->  bench/results/burst-routes[-margin][-<workload>].json
 
 `--margin`: the router prices load as before e14f8ee's replay: a request
 joining a batch at the margin, x2 beside another model (router.pricing;
 bench.gpu_routing's `auto-margin`).
 
 Each concurrency gets a fresh gateway (no memory of earlier traffic) and the
-chat-traffic workload's first `n` prompts, sent by closed-loop clients. For
+workload's first `n` prompts (chat-traffic unless told), sent by closed-loop clients. For
 each request: its place in arrival order and the tier it went to; the
 summary splits the small share between a burst's first 2 x concurrency
 arrivals and the rest.
@@ -86,10 +87,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=96)
     ap.add_argument("--concurrency", default="1,2,4,8")
     ap.add_argument("--margin", action="store_true", help="margin pricing (router.pricing)")
+    ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     args = ap.parse_args()
     routing = MARGIN_ROUTING if args.margin else None
     levels = [int(c) for c in args.concurrency.split(",")]
-    prompts = WORKLOADS["chat-traffic"](args.n)
+    prompts = WORKLOADS[args.workload](args.n)
     setup = Setup("", Path(), Path(), SHAPES, "estimate", ROOT / "curves" / "h200")
     logs = Path(tempfile.mkdtemp(prefix="jg-burst-"))
     workers = [start_worker(WorkerSpec(tier, TINY[tier], PORTS[tier], parallel=8), llama_server(),
@@ -104,9 +106,11 @@ def main() -> None:
                   flush=True)
     finally:
         stop(workers)
-    out = ROOT / "bench" / "results" / f"burst-routes{'-margin' if args.margin else ''}.json"
+    out = ROOT / "bench" / "results" / (
+        f"burst-routes{'-margin' if args.margin else ''}"
+        f"{'' if args.workload == 'chat-traffic' else '-' + args.workload}.json")
     out.write_text(json.dumps({
-        "commit": project_commit(), "workload": "chat-traffic", "quality_target": QUALITY_TARGET,
+        "commit": project_commit(), "workload": args.workload, "quality_target": QUALITY_TARGET,
         "catalogue": "the H200 replay's: llama-1b and llama-8b curves (curves/h200), one GPU",
         "load_pricing": routing or "the shipped (share, colocation penalty 0)",
         "workers": "this machine's CPU llama.cpp workers, random-weight tiny models",

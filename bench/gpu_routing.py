@@ -295,7 +295,8 @@ def phase_replay(s: Setup, n: int, workload: str,
         "commit": project_commit(),
         "models": {t: f"random-weight {sh} shape, F16 GGUF" for t, sh in s.shapes.items()},
         "workload": {"name": workload, "n": len(prompts),
-                     "mix": KIND_SHARE if workload == "chat-traffic" else MIX,
+                     "mix": {"chat-traffic": KIND_SHARE, "benchmark-mix": MIX}.get(
+                         workload, "easy asks about long texts (app/tools/workload.py)"),
                      "trivial_share_declared": TRIVIAL_SHARE if workload == "chat-traffic"
                      else None,
                      "answer_tokens": {"direct": DIRECT_TOKENS, "cot": COT_TOKENS},

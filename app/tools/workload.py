@@ -21,6 +21,12 @@ workload it declares TRIVIAL_SHARE of requests easy.
 **benchmark-mix** (the second workload, kept): GSM8K 20%, MMLU question stems
 30%, Arena-Hard 20%, the project's own chat / writing / extraction / code
 prompts 30%.
+
+**long-documents** (a probe, not a reference): easy requests about a long
+pasted text (~1,200 tokens: Arena-Hard prompts joined, standing in for a
+document), each followed by one of DOCUMENT_ASKS. The router sends many of
+them small even beside a full batch of the large model (its prompt is far
+cheaper on the small one), the case docs/routing.md names as unmeasured.
 """
 
 from __future__ import annotations
@@ -137,4 +143,30 @@ def mixed_prompts(n: int, data: Path | None = None, seed: int = 0) -> list[tuple
     return out[:n]
 
 
-WORKLOADS = {"chat-traffic": chat_traffic, "benchmark-mix": mixed_prompts}
+DOCUMENT_ASKS = ("Summarize the text above in two sentences.",
+                 "List the main topics of the text above.",
+                 "Give the text above a short title.",
+                 "Translate the first sentence of the text above into French.")
+DOCUMENT_CHARS = 5000  # the pasted text; with an ask, under the replay's 6,000-character cut
+
+
+def long_documents(n: int, data: Path | None = None, seed: int = 0) -> list[tuple[str, str]]:
+    """n ("document:<ask number>", prompt) pairs: a text of about
+    DOCUMENT_CHARS characters joined from shuffled Arena-Hard prompts, then
+    an easy request about it, the asks in turn."""
+    pool = _arena_hard(_data(data))
+    random.Random(seed).shuffle(pool)
+    texts, cur = [], ""
+    for p in pool * (1 + 2 * n * DOCUMENT_CHARS // max(1, sum(map(len, pool)))):
+        cur = f"{cur}\n\n{p}" if cur else p
+        if len(cur) >= DOCUMENT_CHARS:
+            texts.append(cur[:DOCUMENT_CHARS])
+            cur = ""
+            if len(texts) == n:
+                break
+    return [(f"document:{i % len(DOCUMENT_ASKS)}",
+             f"{t}\n\n{DOCUMENT_ASKS[i % len(DOCUMENT_ASKS)]}") for i, t in enumerate(texts)]
+
+
+WORKLOADS = {"chat-traffic": chat_traffic, "benchmark-mix": mixed_prompts,
+             "long-documents": long_documents}
