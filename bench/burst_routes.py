@@ -94,7 +94,10 @@ def main() -> None:
     prompts = WORKLOADS[args.workload](args.n)
     setup = Setup("", Path(), Path(), SHAPES, "estimate", ROOT / "curves" / "h200")
     logs = Path(tempfile.mkdtemp(prefix="jg-burst-"))
-    workers = [start_worker(WorkerSpec(tier, TINY[tier], PORTS[tier], parallel=8), llama_server(),
+    # 8,192 tokens a slot, as the GPU replay gives: a long-documents prompt is ~5,000
+    # characters (more tokens than characters on these random vocabularies)
+    workers = [start_worker(WorkerSpec(tier, TINY[tier], PORTS[tier], parallel=8, ctx=65536),
+                            llama_server(),
                             logs) for tier in SHAPES]
     results: dict[str, Any] = {}
     try:

@@ -308,6 +308,14 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                           "c=1/2/4/8 (CPU workers, decisions only), the shipped share "
                           "pricing: the load-blind split's share small up to c=4, nearly "
                           "all large at c=8", ""),
+    "burst-routes-long-documents.json": ("python -m bench.burst_routes --workload "
+                                         "long-documents",
+                                         "the share pricing's decisions for easy asks about "
+                                         "long texts: 45% of those answered small at c=8, "
+                                         "beside a full 8B batch (the unmeasured case)", ""),
+    "burst-routes-margin-long-documents.json": ("python -m bench.burst_routes --workload "
+                                                "long-documents --margin",
+                                                "the same with the margin pricing", ""),
     "burst-routes-margin.json": ("python -m bench.burst_routes --margin",
                                  "the same with the margin pricing (the router before "
                                  "e14f8ee's replay): from c=2 on, the first 3 arrivals "
