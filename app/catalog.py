@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from router.pricing import COLOCATION_PENALTY
+from router.pricing import BATCHING, COLOCATION_PENALTY, Batching
 
 BackendKind = Literal["llamacpp", "vllm"]
 SourceName = Literal["auto", "nvml", "rapl", "estimate"]
@@ -168,7 +168,7 @@ class Routing(_Strict):
     # How load prices an action (router.pricing): a request joining a running
     # batch at its share of the batch (share) or at the margin (its own work);
     # and the co-location penalty beside another model's batch on one device.
-    batch_pricing: Literal["margin", "share"] = "share"
+    batch_pricing: Batching = BATCHING
     colocation_penalty: float = Field(default=COLOCATION_PENALTY, ge=0, le=10)
     lengths_file: str | None = None
     classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl

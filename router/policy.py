@@ -100,7 +100,7 @@ class Policy:
         self.caps = caps
         self._rank = {t: i for i, t in enumerate(tiers)}
         self.pricing = Pricing(sites or {}, {a.backend: self._rank[a.tier] for a in actions},
-                               load or LoadPricing())
+                               load)
         # What pricing an action needs that no request changes: its key, its token
         # cap, the prompt tokens its strategy adds, its backend's curve.
         self._plans = [(a, a.key, caps.cot_max_tokens if a.strategy == "cot"

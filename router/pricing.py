@@ -47,8 +47,9 @@ from typing import Literal
 
 from router.curves import Curve
 
-COLOCATION_PENALTY = 0.0
 Batching = Literal["margin", "share"]
+BATCHING: Batching = "share"
+COLOCATION_PENALTY = 0.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class LoadPricing:
     """How load prices an action: `batching` (margin or share, above) and the
     co-location penalty beside another model's batch (x (1 + penalty))."""
 
-    batching: Batching = "share"
+    batching: Batching = BATCHING
     colocation_penalty: float = COLOCATION_PENALTY
 
 
