@@ -89,10 +89,11 @@ def main() -> None:
     ap.add_argument("--margin", action="store_true", help="margin pricing (router.pricing)")
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     args = ap.parse_args()
-    routing = MARGIN_ROUTING if args.margin else None
     levels = [int(c) for c in args.concurrency.split(",")]
     prompts = WORKLOADS[args.workload](args.n)
     setup = Setup("", Path(), Path(), SHAPES, "estimate", ROOT / "curves" / "h200")
+    catalog = catalog_for(setup, with_curves=True,
+                          routing=MARGIN_ROUTING if args.margin else None)
     logs = Path(tempfile.mkdtemp(prefix="jg-burst-"))
     # 8,192 tokens a slot, as the GPU replay gives: a long-documents prompt is ~5,000
     # characters (more tokens than characters on these random vocabularies)
@@ -102,7 +103,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         for c in levels:
-            with run_gateway(catalog_for(setup, with_curves=True, routing=routing)) as gw:
+            with run_gateway(catalog) as gw:
                 rows = asyncio.run(burst(gw.v1, prompts, c))
             results[f"c={c}"] = {**summary(rows, c), "requests": rows}
             print(c, {k: v for k, v in results[f"c={c}"].items() if k != "requests"},
@@ -115,7 +116,8 @@ def main() -> None:
     out.write_text(json.dumps({
         "commit": project_commit(), "workload": args.workload, "quality_target": QUALITY_TARGET,
         "catalogue": "the H200 replay's: llama-1b and llama-8b curves (curves/h200), one GPU",
-        "load_pricing": routing or "the shipped (share, colocation penalty 0)",
+        "load_pricing": {"batch_pricing": catalog.routing.batch_pricing,
+                         "colocation_penalty": catalog.routing.colocation_penalty},
         "workers": "this machine's CPU llama.cpp workers, random-weight tiny models",
         "measures": "decisions only (arrival place -> tier); no energy", **results},
         indent=1) + "\n")

@@ -212,6 +212,28 @@ MARGIN_ROUTING = {"batch_pricing": "margin", "colocation_penalty": 1.0}
 AUTO = ("auto", "auto-margin")
 
 
+def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """A concurrency's figures: auto's (and, where they ran, the split's and
+    auto-margin's) savings and expected quality against always-large."""
+    def saving(mode: str, against: str) -> float:
+        return 1 - float(runs[mode]["joules"]) / float(runs[against]["joules"])
+
+    def quality(mode: str) -> float:
+        return float(runs[mode]["expected_quality"]) / float(runs["large"]["expected_quality"])
+
+    out = {"savings_vs_large": saving("auto", "large")}
+    if "small-cot" in runs:
+        out["savings_vs_small_cot"] = saving("auto", "small-cot")
+    if "split" in runs:
+        out |= {"split_savings_vs_large": saving("split", "large"),
+                "split_savings_vs_auto": saving("split", "auto"),
+                "split_quality_ratio_vs_large": quality("split"),
+                "margin_savings_vs_large": saving("auto-margin", "large"),
+                "margin_quality_ratio_vs_large": quality("auto-margin")}
+    out["quality_ratio_vs_large"] = quality("auto")
+    return out
+
+
 def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = False) -> str:
     """gpu-routing-<workload>.json for the whole replay (c=1 and 8), with a
     suffix for a part of it (e.g. -c1: one request at a time only) and -split
@@ -232,6 +254,7 @@ def phase_replay(s: Setup, n: int, workload: str,
     prompts = [t[:6000] for _, t in mix]
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
     results: dict[str, Any] = {}
+    name = replay_name(workload, concurrencies, split)
     timeouts = {"first_byte_timeout_seconds": 600, "between_chunks_timeout_seconds": 600}
     with run_gateway(catalog, Seams(), **timeouts) as gw, contextlib.ExitStack() as more:
         gateways = {"auto-margin": more.enter_context(run_gateway(
@@ -259,36 +282,16 @@ def phase_replay(s: Setup, n: int, workload: str,
                     asyncio.run(_mode(gateways.get(m, gw), reader, m, prompts, conc,
                                       quality, acts)))
                 # each turn as it ends: a call cut off by its time limit keeps them
-                write_json(s.out / replay_name(workload, concurrencies, split).replace(
-                    ".json", ".partial.json"), {
+                write_json(s.out / name.replace(".json", ".partial.json"), {
                         "commit": project_commit(), "device": reader.name,
                         "source": reader.source, "concurrency": conc, "n": len(prompts),
                         "unloaded_routes": dict(Counter(acts)), "turns_done": done})
             runs = {m: merge_runs(rs) for m, rs in done.items()}
-            results[f"c{conc}"] = {
-                "order": list(order),
-                "savings_vs_large": 1 - runs["auto"]["joules"] / runs["large"]["joules"],
-                **({"savings_vs_small_cot": 1 - runs["auto"]["joules"]
-                    / runs["small-cot"]["joules"]} if "small-cot" in runs else {}),
-                **({"split_savings_vs_large": 1 - runs["split"]["joules"]
-                    / runs["large"]["joules"],
-                    "split_savings_vs_auto": 1 - runs["split"]["joules"]
-                    / runs["auto"]["joules"],
-                    "split_quality_ratio_vs_large": runs["split"]["expected_quality"]
-                    / runs["large"]["expected_quality"],
-                    "margin_savings_vs_large": 1 - runs["auto-margin"]["joules"]
-                    / runs["large"]["joules"],
-                    "margin_quality_ratio_vs_large": runs["auto-margin"]["expected_quality"]
-                    / runs["large"]["expected_quality"]} if "split" in runs else {}),
-                "quality_ratio_vs_large": runs["auto"]["expected_quality"]
-                / runs["large"]["expected_quality"],
-                "modes": runs,
-            }
+            results[f"c{conc}"] = {"order": list(order), **_compared(runs), "modes": runs}
     # the headline figures: one request at a time where that ran, else the
     # first concurrency asked for (CONCURRENCY=8 replays the c=8 turns alone)
     c1 = results.get("c1") or results[f"c{concurrencies[0]}"]
     trivial = [a for (kind, _), a in zip(mix, acts, strict=True) if kind.endswith(":easy")]
-    name = replay_name(workload, concurrencies, split)
     write_json(s.out / name, {
         "device": reader.name, "driver": getattr(reader, "driver", "unknown"),
         "source": reader.source, "engine_build": engine_build(s.llama_server),

@@ -80,7 +80,8 @@ for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
     --concurrency "$concurrency" $split --n "${N:-200}" \
     --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
     --curves-dir /tmp/jg/curves | tail -5 || echo "replay of $workload stopped: partial turns kept"
-  cp /tmp/jg/res/gpu-routing-"$workload$part".* "$OUT_DIR/"
+  # (a replay stopped before its first turn ended has no file)
+  cp /tmp/jg/res/gpu-routing-"$workload$part".* "$OUT_DIR/" 2>/dev/null || true
 done
 if [ ! -f /tmp/jg/res/gpu-telemetry.json ] && [ ! -f /tmp/jg/res/gpu-telemetry.json.skip ]; then
   if [ "$(left)" -lt 200 ]; then echo "telemetry needs ~3 min: call again"; exit 0; fi

@@ -33,6 +33,7 @@ case docs/routing.md names as unmeasured.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import random
@@ -158,7 +159,7 @@ def long_documents(n: int, data: Path | None = None, seed: int = 0) -> list[tupl
     pool = _arena_hard(_data(data))
     random.Random(seed).shuffle(pool)
     texts, cur = [], ""
-    for p in pool * (1 + 2 * n * DOCUMENT_CHARS // max(1, sum(map(len, pool)))):
+    for p in itertools.cycle(pool):
         cur = f"{cur}\n\n{p}" if cur else p
         if len(cur) >= DOCUMENT_CHARS:
             texts.append(cur[:DOCUMENT_CHARS])
