@@ -29,9 +29,11 @@ reads, idle power) split among the n requests that run together. So:
   100 small and used 25.7% less. With `share`, the 8B's batch of eight is
   cheaper than a 1B alone for the short prompts of both workloads, so at
   eight clients nearly everything stays large (the thin mix does not
-  form); any penalty above ~0.2 would send everything large at four from
-  an idle 1B as well. Easy requests with long prompts can still go to the
-  1B beside a full 8B batch: that case is not measured.
+  form); a penalty above ~0.19 would send everything large at four from
+  an idle 1B as well (H200 curves, a 200-token prompt and a 64-token
+  answer: the 1B alone 44.1 J, the 8B as one of five 52.3 J). Easy
+  requests with long prompts can still go to the 1B beside a full 8B
+  batch: that case is not measured.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
