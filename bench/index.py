@@ -311,7 +311,7 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "burst-routes-long-documents.json": ("python -m bench.burst_routes --workload "
                                          "long-documents",
                                          "the share pricing's decisions for easy asks about "
-                                         "long texts: 45% of those answered small at c=8, "
+                                         "long texts: 43% of those answered small at c=8, "
                                          "beside a full 8B batch (the unmeasured case)", ""),
     "burst-routes-margin-long-documents.json": ("python -m bench.burst_routes --workload "
                                                 "long-documents --margin",
