@@ -5,13 +5,13 @@ with this machine's CPU llama.cpp workers (random-weight tiny models) in
 place of the GPU's. It records decisions only: the energy is the replay's
 (bench/gpu_routing.py on a GPU).
 
-    python -m bench.burst_routes [--n 96] [--concurrency 1,2,4,8] [--margin]
+    python -m bench.burst_routes [--n 96] [--concurrency 1,2,4,8] [--pricing share]
                                  [--workload long-documents]
-        ->  bench/results/burst-routes[-margin][-<workload>].json
+        ->  bench/results/burst-routes-<pricing>[-<workload>].json
 
-`--margin`: the router prices load as before e14f8ee's replay: a request
-joining a batch at the margin, x2 beside another model (router.pricing;
-bench.gpu_routing's `auto-margin`).
+`--pricing margin` (the default, as shipped): a request joining a batch at
+the margin, x2 beside another model; `share`: at its share of the batch it
+makes, no penalty (router.pricing; bench.gpu_routing's `auto-share`).
 
 Each concurrency gets a fresh gateway (no memory of earlier traffic) and the
 workload's first `n` prompts (chat-traffic unless told), sent by closed-loop clients. For
@@ -34,7 +34,7 @@ import httpx
 from app.tools.embedded import run_gateway
 from app.tools.workload import WORKLOADS
 from bench.gpu_common import project_commit
-from bench.gpu_routing import MARGIN_ROUTING, PORTS, QUALITY_TARGET, Setup, catalog_for
+from bench.gpu_routing import PORTS, PRICINGS, QUALITY_TARGET, Setup, catalog_for
 from workers.local import WorkerSpec, llama_server, start_worker, stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,14 +86,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=96)
     ap.add_argument("--concurrency", default="1,2,4,8")
-    ap.add_argument("--margin", action="store_true", help="margin pricing (router.pricing)")
+    ap.add_argument("--pricing", choices=list(PRICINGS), default="margin",
+                    help="how load is priced (router.pricing)")
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     prompts = WORKLOADS[args.workload](args.n)
     setup = Setup("", Path(), Path(), SHAPES, "estimate", ROOT / "curves" / "h200")
     catalog = catalog_for(setup, with_curves=True,
-                          routing=MARGIN_ROUTING if args.margin else None)
+                          routing=PRICINGS[args.pricing])
     logs = Path(tempfile.mkdtemp(prefix="jg-burst-"))
     # 8,192 tokens a slot, as the GPU replay gives: a long-documents prompt is ~5,000
     # characters (more tokens than characters on these random vocabularies)
@@ -111,7 +112,7 @@ def main() -> None:
     finally:
         stop(workers)
     out = ROOT / "bench" / "results" / (
-        f"burst-routes{'-margin' if args.margin else ''}"
+        f"burst-routes-{args.pricing}"
         f"{'' if args.workload == 'chat-traffic' else '-' + args.workload}.json")
     out.write_text(json.dumps({
         "commit": project_commit(), "workload": args.workload, "quality_target": QUALITY_TARGET,

@@ -203,18 +203,21 @@ ORDERS = {1: ("auto", "large", "small-cot"), 8: ABBA}
 EXTRA_ORDERS = {2: ABBA, 4: ABBA}
 REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
 # --split: is the router's load pricing right? `split` (each prompt to its
-# unloaded action, blind to load) and `auto-margin` (a second gateway on the
-# same workers, its router pricing a joining request at the margin, x2 beside
-# another model: the pricing before e14f8ee's replay) against `auto` and
-# always-large, in turns.
-SPLIT_ORDER = ("large", "auto", "split", "auto-margin", "split", "auto", "large")
-MARGIN_ROUTING = {"batch_pricing": "margin", "colocation_penalty": 1.0}
-AUTO = ("auto", "auto-margin")
+# unloaded action, blind to load) and `auto-share` (a second gateway on the
+# same workers, its router pricing a joining request at its share of the
+# batch, no co-location penalty: the default from 34a5aff to 83b3f8e) against
+# `auto` (as shipped: margin, x2) and always-large, in turns. The replays at
+# 83b3f8e ran the other way round (`auto` share, `auto-margin` margin).
+PRICINGS: dict[str, dict[str, Any]] = {
+    "margin": {"batch_pricing": "margin", "colocation_penalty": 1.0},
+    "share": {"batch_pricing": "share", "colocation_penalty": 0.0}}
+SPLIT_ORDER = ("large", "auto", "split", "auto-share", "split", "auto", "large")
+AUTO = ("auto", "auto-share")
 
 
 def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
     """A concurrency's figures: auto's (and, where they ran, the split's and
-    auto-margin's) savings and expected quality against always-large."""
+    auto-share's) savings and expected quality against always-large."""
     def saving(mode: str, against: str) -> float:
         return 1 - float(runs[mode]["joules"]) / float(runs[against]["joules"])
 
@@ -228,8 +231,8 @@ def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
         out |= {"split_savings_vs_large": saving("split", "large"),
                 "split_savings_vs_auto": saving("split", "auto"),
                 "split_quality_ratio_vs_large": quality("split"),
-                "margin_savings_vs_large": saving("auto-margin", "large"),
-                "margin_quality_ratio_vs_large": quality("auto-margin")}
+                "share_savings_vs_large": saving("auto-share", "large"),
+                "share_quality_ratio_vs_large": quality("auto-share")}
     out["quality_ratio_vs_large"] = quality("auto")
     return out
 
@@ -257,8 +260,8 @@ def phase_replay(s: Setup, n: int, workload: str,
     name = replay_name(workload, concurrencies, split)
     timeouts = {"first_byte_timeout_seconds": 600, "between_chunks_timeout_seconds": 600}
     with run_gateway(catalog, Seams(), **timeouts) as gw, contextlib.ExitStack() as more:
-        gateways = {"auto-margin": more.enter_context(run_gateway(
-            catalog_for(s, with_curves=True, routing=MARGIN_ROUTING), Seams(), **timeouts))
+        gateways = {"auto-share": more.enter_context(run_gateway(
+            catalog_for(s, with_curves=True, routing=PRICINGS["share"]), Seams(), **timeouts))
         } if split else {}
         decisions = [httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": [
             {"role": "user", "content": t}]}, headers={
@@ -340,7 +343,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     ap.add_argument("--split", action="store_true",
-                    help="turns of large, auto, split (load-blind) and auto-margin "
+                    help="turns of large, auto, split (load-blind) and auto-share "
                          "instead of the usual modes")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

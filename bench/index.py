@@ -221,6 +221,22 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
         "is the router's load pricing right? always-large, `split` (each prompt to the action "
         "the router takes for it with nothing running, blind to load) and auto, in turns at "
         "four clients, e14f8ee (nvml)", ""),
+    "gpu-routing-chat-traffic-c4-split-83b3f8e-h100.json": (
+        "JOULEGATE_COMMIT=83b3f8e SPLIT=1 CONCURRENCY=4 N=100 WORKLOADS=chat-traffic bash "
+        "bench/run_h200.sh (device tool, an H100)",
+        "turns large, auto (share pricing, then the default), split, auto-margin, split, "
+        "auto, large at four clients: share 33% less than always-large, margin 9%, split "
+        "29% (nvml)", ""),
+    "gpu-routing-chat-traffic-c8-split-h100.json": (
+        "JOULEGATE_COMMIT=83b3f8e SPLIT=1 CONCURRENCY=8 N=100 WORKLOADS=chat-traffic bash "
+        "bench/run_h200.sh (device tool, an H100)",
+        "the same at eight clients: share 40% MORE than always-large, split 70% more, "
+        "margin 8% less (nvml); why the default went back to margin", ""),
+    "gpu-routing-long-documents-c8-split-h100.json": (
+        "JOULEGATE_COMMIT=83b3f8e SPLIT=1 CONCURRENCY=8 N=100 WORKLOADS=long-documents bash "
+        "bench/run_h200.sh (device tool, an H100)",
+        "the same at eight clients for easy asks about long texts: share 50% less than "
+        "always-large, split 51%, margin 6% (nvml)", ""),
     "gpu-routing.json": ("python -m bench.gpu_routing (device tool)",
                          "auto against always-large and small+CoT, c=1 and c=8 (nvml), the "
                          "router before open requests", "gpu-routing-benchmark-mix.json"),
@@ -303,23 +319,24 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                    "the sampler 2.2%, the usage writer 1.5%", ""),
     "profile-small-c50.json": ("python -m bench.profile_gateway --connections 50",
                                "py-spy profile of the forced tier at c=50", ""),
-    "burst-routes.json": ("python -m bench.burst_routes",
-                          "auto's decisions with the H200 catalogue from a cold start at "
-                          "c=1/2/4/8 (CPU workers, decisions only), the shipped share "
-                          "pricing: the load-blind split's share small up to c=4, nearly "
-                          "all large at c=8", ""),
-    "burst-routes-long-documents.json": ("python -m bench.burst_routes --workload "
-                                         "long-documents",
-                                         "the share pricing's decisions for easy asks about "
-                                         "long texts: 43% of those answered small at c=8, "
-                                         "beside a full 8B batch (the unmeasured case)", ""),
+    "burst-routes-share.json": ("python -m bench.burst_routes --pricing share",
+                                "auto's decisions with the H200 catalogue from a cold start "
+                                "at c=1/2/4/8 (CPU workers, decisions only), the share "
+                                "pricing (the default from 34a5aff to 83b3f8e): the "
+                                "load-blind split's share small up to c=4, nearly all large "
+                                "at c=8", ""),
+    "burst-routes-share-long-documents.json": ("python -m bench.burst_routes --pricing share "
+                                               "--workload long-documents",
+                                               "the share pricing's decisions for easy asks "
+                                               "about long texts: 43% of those answered "
+                                               "small at c=8, beside a full 8B batch", ""),
     "burst-routes-margin-long-documents.json": ("python -m bench.burst_routes --workload "
-                                                "long-documents --margin",
-                                                "the same with the margin pricing", ""),
-    "burst-routes-margin.json": ("python -m bench.burst_routes --margin",
-                                 "the same with the margin pricing (the router before "
-                                 "e14f8ee's replay): from c=2 on, the first 3 arrivals "
-                                 "small, then all large", ""),
+                                                "long-documents",
+                                                "the same with the margin pricing (the "
+                                                "default)", ""),
+    "burst-routes-margin.json": ("python -m bench.burst_routes",
+                                 "the same with the margin pricing (the default): from c=2 "
+                                 "on, the first 3 arrivals small, then all large", ""),
     "server-ab.json": ("python -m bench.server_ab --rounds 3 (pip install granian)",
                        "the ASGI server in turns under the bare pass-through: granian "
                        "0.96x uvicorn's req/s at c=50, 0.60x at c=1; uvicorn kept", ""),

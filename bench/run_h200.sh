@@ -16,7 +16,7 @@
 # CONCURRENCY=8 replays the c=8 turns alone (gpu-routing-<workload>-c8.json);
 # CONCURRENCY=2 (or 4, or 2,4) moderate overlapping load (-c2.json ...), not in
 # the whole replay. SPLIT=1 (with CONCURRENCY=...): always-large, auto, a
-# load-blind split and auto-margin in turns (-cN-split.json).
+# load-blind split and auto-share in turns (-cN-split.json).
 # PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
 # even where bench/results/ already holds their file, and writes only the
 # models they need (the 8B only for calibrate and replay).
@@ -59,7 +59,7 @@ fi
 concurrency="${CONCURRENCY:-1,8}"  # CONCURRENCY=8: the c=8 turns alone (~2.5 min a workload)
 part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
 # SPLIT=1: turns of always-large, auto, `split` (each prompt to its unloaded
-# action, blind to load) and auto-margin (the margin pricing, router.pricing)
+# action, blind to load) and auto-share (the share pricing, router.pricing)
 # (-split.json; seven turns: at c=4 ~35 s a turn of 100 prompts; N=100 sets the
 # prompts, the whole 200 need a warm machine's call)
 split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrency//,/-c}}-split"; }

@@ -8,32 +8,34 @@ A(P, C) is the request's own work; B(P, C) is the batch's shared work (weight
 reads, idle power) split among the n requests that run together. So:
 
 - **alone** (the backend idle, nothing else busy on its device): J(P, C, 1);
-- **shares a batch** (every replica of the backend busy; the default,
-  `share`): its share of the batch it makes, J(P, C, n+1). Under a closed
-  loop of clients a batch runs because requests keep joining it, so its
-  shared work is paid by them. Priced at the margin instead (`margin`: (n+1)
-  J(n+1) - n J(n) = A(P, C), "joins a batch"), the large model looks nearly
-  free under load and gets everything: at four clients on an H100 that router
-  sent 98% large and used 6.2% more than always-large, where the load-blind
-  split (every prompt to its idle-GPU action) used 25.7% less (e14f8ee, NVML,
-  docs/routing.md "Decisions under overlapping load"); `share` makes the
-  split's decisions there and still sends nearly everything large at eight
-  (`python -m bench.burst_routes`; `--margin` for the old pricing);
+- **joins a batch** (every replica of the backend busy; the default,
+  `margin`): its own work only, (n+1) J(n+1) - n J(n) = A(P, C), as if the
+  batch ran anyway;
+- **shares a batch** (`share`): its share of the batch it makes,
+  J(P, C, n+1), as if the requests sent there were what keeps it running;
 - **beside another model** on the same device: two llama.cpp or vLLM
-  processes on one GPU time-slice it. Its price is J(P, C, n+1) x (1 +
-  colocation penalty), the penalty 0 by default. A thin mix beside a full
-  batch is costly: at concurrency 8 on the H200, 10 requests of 200 sent
-  to the 1B cost 18% more than always-8B (ba81e54) and 26 of 200, with the
-  1B's batch priced at the margin too, 59% more (3c205a8; single turns,
-  auto's first). A wide one is not: at four clients the split sent 68 of
-  100 small and used 25.7% less. With `share`, the 8B's batch of eight is
-  cheaper than a 1B alone for the short prompts of both workloads, so at
-  eight clients nearly everything stays large (the thin mix does not
-  form); a penalty above ~0.19 would send everything large at four from
-  an idle 1B as well (H200 curves, a 200-token prompt and a 64-token
-  answer: the 1B alone 44.1 J, the 8B as one of five 52.3 J). Easy
-  requests with long prompts can still go to the 1B beside a full 8B
-  batch: that case is not measured.
+  processes on one GPU time-slice it. Its price is its own batch's price
+  x (1 + colocation penalty), the penalty 1 by default.
+
+Neither pricing is right everywhere; measured in turns on an H100 at
+83b3f8e (NVML, random-weight 1B/8B, 100 prompts a turn; docs/routing.md,
+"Decisions under overlapping load"), energy saved against always-large:
+
+| load | `margin`, x2 (default) | `share`, no penalty | load-blind split |
+|---|---|---|---|
+| chat-traffic, 4 clients | 9% | 33% | 29% |
+| chat-traffic, 8 clients | 8% | **-40%** | **-70%** |
+| long-documents, 8 clients | 6% | 50% | 51% |
+
+`margin` keeps almost everything on the busy 8B and is never much worse
+than always-large; `share` mixes the models, which pays where the 8B's
+batch is inefficient (long prompts, whose prefill is compute-bound; four
+clients on that llama.cpp build, where a batch of four took longer per
+step than one of eight) and costs 40% more where it batches well (short
+prompts at eight). The curves (one model at a time, requests in
+lock-step, n = 1 and 8) see neither case, so until the curves are
+measured under mixed, staggered load the default is the pricing that does
+no harm.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
@@ -50,8 +52,8 @@ from typing import Literal
 from router.curves import Curve
 
 Batching = Literal["margin", "share"]
-BATCHING: Batching = "share"
-COLOCATION_PENALTY = 0.0
+BATCHING: Batching = "margin"
+COLOCATION_PENALTY = 1.0
 
 
 @dataclass(frozen=True)

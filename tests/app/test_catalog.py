@@ -50,12 +50,12 @@ def test_load_pricing_is_read_into_the_router() -> None:
     from app.routing import LengthBook, build_router
 
     data = yaml.safe_load((ROOT / "models.yaml").read_text())
-    data["routing"].update(batch_pricing="margin", colocation_penalty=0.25)
+    data["routing"].update(batch_pricing="share", colocation_penalty=0.25)
     c = parse_catalog({**data, "base_dir": str(ROOT)})
     pricing = build_router(c, LengthBook(None)).policy.pricing
-    assert not pricing.share and pricing.penalty == 0.25
+    assert pricing.share and pricing.penalty == 0.25
     shipped = build_router(load_catalog(ROOT / "models.yaml"), LengthBook(None)).policy.pricing
-    assert shipped.share and shipped.penalty == 0.0
+    assert not shipped.share and shipped.penalty == 1.0
 
 
 def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:

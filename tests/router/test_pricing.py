@@ -1,6 +1,6 @@
 """Batch-aware pricing: alone, joining a batch, beside another model on one GPU:
-the margin pricing with the x2 co-location penalty (the router before e14f8ee's
-replay, still a setting) and the default share pricing."""
+the default margin pricing with the x2 co-location penalty and the share
+pricing (the default from 34a5aff to 83b3f8e, still a setting)."""
 
 from __future__ import annotations
 
@@ -97,9 +97,16 @@ def test_share_pricing_charges_a_joining_request_its_share_of_the_batch_it_makes
         pytest.approx(LARGE.joules(100, 64, 1))
 
 
-def test_share_with_no_penalty_is_the_default() -> None:
-    assert Pricing(SHARED, RANK).price(LARGE, "large-8b", 100, 64, {"large-8b": 7}).joules == \
-        pytest.approx(LARGE.joules(100, 64, 8))
+def test_margin_with_the_x2_penalty_is_the_default() -> None:
+    """The share pricing mixed the models at eight clients and used 40% more
+    than always-large on an H100 (router/pricing.py's table)."""
+    pricing = Pricing(SHARED, RANK)
+    assert pricing.price(LARGE, "large-8b", 100, 64, {"large-8b": 7}).joules == \
+        pytest.approx(margin := Pricing(SHARED, RANK, MARGIN).price(
+            LARGE, "large-8b", 100, 64, {"large-8b": 7}).joules)
+    assert margin < LARGE.joules(100, 64, 8)
+    assert pricing.price(SMALL, "small-1b", 100, 64, {"large-8b": 7}).joules == \
+        pytest.approx(2 * SMALL.joules(100, 64, 1))
 
 
 def test_the_colocation_penalty_is_a_setting() -> None:
@@ -125,7 +132,7 @@ def test_share_pricing_keeps_easy_chat_on_the_small_model_beside_a_few_large_req
         return policy.choose(cands, "balanced", None).chosen.spec.key
 
     assert chosen(MARGIN, {"large-8b": 3}) == "large:direct"
-    assert chosen(None, {"large-8b": 3}) == "small:direct"  # share is the default
+    assert chosen(None, {"large-8b": 3}) == "large:direct"  # margin is the default
     assert chosen(SHARE, {"large-8b": 3}) == "small:direct"
     assert chosen(SHARE, {}) == "small:direct"
 
@@ -136,7 +143,7 @@ def test_a_shared_batch_chosen_says_what_waking_the_other_model_was_priced_at() 
 
     small, large = ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b",
                                                                           "direct")
-    pricing = Pricing(SHARED, RANK)
+    pricing = Pricing(SHARED, RANK, SHARE)
     running = {"large-8b": 7}
     cands = [Candidate(a, 0.8, p.joules, 64, p.note) for a, p in (
         (small, pricing.price(SMALL, "small-1b", 2000, 64, running)),
