@@ -1,0 +1,133 @@
+"""What a forwarded request's bookkeeping costs the gateway: joulegate as it
+is, against copies of this checkout with one part of its work taken out, and
+the bare pass-through (bench/passthrough.py), in turns in front of the same
+fixed-answer nginx (bench.gateways), wrk at `--connections`.
+
+    python -m bench.without [--rounds 3 --seconds 6 --connections 50 --model small]
+        ->  bench/results/without.json
+
+The copies are measurements, not configurations: each is this checkout with
+exact lines of `app/forward/exchange.py` replaced (PARTS; a line that is no
+longer there stops the run, naming the part). What is taken out:
+
+- `journal`: the usage journal's line written as an answer leaves (kill -9
+  then loses the row);
+- `usage row`: the row handed to the usage ledger (the database write, the
+  journal's final-figure line);
+- `all bookkeeping`: both, and everything the request does after its answer
+  (metrics, token counts, the wait for its final energy figure).
+
+What is left beside the pass-through is the forward itself: parsing,
+admission, planning, the worker exchange, the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from app.tools.embedded import free_port
+from bench.ab import MESSAGES
+from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx, wrk
+from bench.gpu_common import project_commit, worktree_at
+from bench.process import tree_cpu_s
+from workers.local import ROOT, wait_healthy
+
+EXCHANGE = "app/forward/exchange.py"
+JOURNAL = ("                p.on_answered(row)\n", "                pass\n")
+USAGE = [("                p.on_usage(row)\n", "                pass\n"),
+         ("        p.on_usage(row if figure is None else replace(",
+          "        (lambda _: None)(row if figure is None else replace(")]
+AFTER = ("        asyncio.get_running_loop().call_soon(self._record, prompt, completion, "
+         "ended_s, row)\n", "")
+NO_ROW = ("        if self.count:  # on disk before the answer leaves: a kill -9 loses no row\n",
+          "        if False:\n")
+PARTS: dict[str, list[tuple[str, str]]] = {
+    "journal": [JOURNAL], "usage row": USAGE, "all bookkeeping": [NO_ROW, AFTER]}
+
+
+def _copy_without(src: Path, part: str, dest: Path) -> Path:
+    """A copy of the worktree `src` with `part` taken out of the exchange."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git"))
+    path = dest / EXCHANGE
+    text = path.read_text()
+    for old, new in PARTS[part]:
+        if text.count(old) != 1:
+            raise SystemExit(f"{part}: {old.strip()!r} is not in {EXCHANGE} once; "
+                             "update bench/without.py")
+        text = text.replace(old, new)
+    path.write_text(text)
+    return dest
+
+
+def _measure(start: Any, work: Path, seconds: int, connections: int, model: str
+             ) -> dict[str, Any]:
+    port = free_port()
+    proc = start(port)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        body = {"model": model, "messages": MESSAGES}
+        wrk(url, connections, 2, body, work)  # warm up
+        before = tree_cpu_s(proc.pid)
+        out = wrk(url, connections, seconds, body, work)
+        requests = (out["req_per_s"] or 0) * seconds
+        out["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(proc.pid) - before) / requests,
+                                          4) if requests else None
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=6)
+    ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--model", default="small", help="small (a forced tier) or auto")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "without.json")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="joulegate-without-"))
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with worktree_at("HEAD", work / "head") as head:
+        roots = {"as is": head, **{f"without {p}": _copy_without(head, p, work / p.replace(
+            " ", "-")) for p in PARTS}}
+        upstream = start_nginx(work)
+        try:
+            starts = {name: (lambda port, root=root: joulegate(port, upstream, work, root))
+                      for name, root in roots.items()}
+            starts["FastAPI pass-through"] = lambda port: passthrough(port, upstream, work)
+            names = list(starts)
+            for i in range(args.rounds):
+                # a different one first each round: the VM drifts through a run
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    runs.setdefault(name, []).append(_measure(
+                        starts[name], work, args.seconds, args.connections, args.model))
+                    print(name, runs[name][-1], flush=True)
+        finally:
+            stop_nginx(work)
+    floor = statistics.median(r["req_per_s"] for r in runs["FastAPI pass-through"])
+    summary = {name: {"req_per_s_median": (rps := statistics.median(
+                          r["req_per_s"] for r in rs)),
+                      "vs_pass_through": round(rps / floor, 3),
+                      "cpu_ms_per_request_median": statistics.median(
+                          r["cpu_ms_per_request"] for r in rs)}
+               for name, rs in runs.items()}
+    result = {"commit": project_commit(), "rounds": args.rounds, "seconds": args.seconds,
+              "case": f"model {args.model}, non-streamed, wrk -t1 -c{args.connections}, "
+                      "one gateway process",
+              "taken_out_of": EXCHANGE, "runs": runs, "summary": summary}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for name, s in summary.items():
+        print(f"{name:28s} {s['req_per_s_median']:8.0f} req/s  {s['vs_pass_through']:.2f}x  "
+              f"{s['cpu_ms_per_request_median']:.3f} ms CPU")
+
+
+if __name__ == "__main__":
+    main()
