@@ -27,14 +27,17 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from app.tools.embedded import free_port
 from bench.ab import MESSAGES
 from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx, wrk
-from bench.gpu_common import project_commit, worktree_at
+from bench.gpu_common import worktree_at
 from bench.process import tree_cpu_s
 from workers.local import ROOT, wait_healthy
 
@@ -65,8 +68,8 @@ def _copy_without(src: Path, part: str, dest: Path) -> Path:
     return dest
 
 
-def _measure(start: Any, work: Path, seconds: int, connections: int, model: str
-             ) -> dict[str, Any]:
+def _measure(start: Callable[[int], subprocess.Popen[bytes]], work: Path, seconds: int,
+             connections: int, model: str) -> dict[str, Any]:
     port = free_port()
     proc = start(port)
     try:
@@ -100,9 +103,10 @@ def main() -> None:
             " ", "-")) for p in PARTS}}
         upstream = start_nginx(work)
         try:
-            starts = {name: (lambda port, root=root: joulegate(port, upstream, work, root))
-                      for name, root in roots.items()}
-            starts["FastAPI pass-through"] = lambda port: passthrough(port, upstream, work)
+            starts: dict[str, Callable[[int], subprocess.Popen[bytes]]] = {
+                name: partial(joulegate, upstream=upstream, work=work, root=root)
+                for name, root in roots.items()}
+            starts["FastAPI pass-through"] = partial(passthrough, upstream=upstream, work=work)
             names = list(starts)
             for i in range(args.rounds):
                 # a different one first each round: the VM drifts through a run
@@ -119,7 +123,10 @@ def main() -> None:
                       "cpu_ms_per_request_median": statistics.median(
                           r["cpu_ms_per_request"] for r in rs)}
                for name, rs in runs.items()}
-    result = {"commit": project_commit(), "rounds": args.rounds, "seconds": args.seconds,
+    # what ran is HEAD's tree (copies of it), whatever this checkout holds uncommitted
+    head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+    result = {"commit": head_commit, "rounds": args.rounds, "seconds": args.seconds,
               "case": f"model {args.model}, non-streamed, wrk -t1 -c{args.connections}, "
                       "one gateway process",
               "taken_out_of": EXCHANGE, "runs": runs, "summary": summary}
