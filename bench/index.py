@@ -337,6 +337,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "burst-routes-margin.json": ("python -m bench.burst_routes",
                                  "the same with the margin pricing (the default): from c=2 "
                                  "on, the first 3 arrivals small, then all large", ""),
+    "without.json": ("python -m bench.without --rounds 3 --seconds 6",
+                     "the forced tier at c=50 as it is, without its journal line, its "
+                     "usage row or all post-answer bookkeeping, and the bare pass-through, "
+                     "in turns: 0.61x / 0.65x / 0.67x / 0.85x of the pass-through's req/s",
+                     ""),
     "server-ab.json": ("python -m bench.server_ab --rounds 3 (pip install granian)",
                        "the ASGI server in turns under the bare pass-through: granian "
                        "0.96x uvicorn's req/s at c=50, 0.60x at c=1; uvicorn kept", ""),
