@@ -4,12 +4,12 @@ to send where (`Forward`). Made by `Planner`, carried out by `Proxy`."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from app.catalog import Backend
 from app.errors import ApiError, bad_request
 from app.forward.usage import Prior
+from app.record import record
 from app.tenancy.admission import Hold
 from app.tenancy.keys import ApiKey
 from router.decision import Decision, Query
@@ -17,7 +17,7 @@ from router.decision import Decision, Query
 BodyFor = Callable[[Decision, Backend], dict[str, Any]]
 
 
-@dataclass(frozen=True)
+@record
 class Needs:
     """What a request needs of a backend."""
 
@@ -43,7 +43,7 @@ class Needs:
         return fits
 
 
-@dataclass(frozen=True)
+@record
 class Ask:
     """A validated request, as the HTTP layer read it."""
 
@@ -62,7 +62,7 @@ class Ask:
     thinking_ceiling: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Forward:
     """What to send where, and what the client asked for."""
 

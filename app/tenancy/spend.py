@@ -22,12 +22,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, Float, Integer, case, cast, func, select
 
+from app.record import record
 from app.tenancy.database import USAGE, Database, DatabaseError
 from app.tenancy.journal import UsageJournal, recover
 from app.tenancy.keys import ApiKey, BudgetPeriod
@@ -36,7 +37,7 @@ log = logging.getLogger("joulegate.usage")
 U = USAGE.c
 
 
-@dataclass(frozen=True)
+@record
 class UsageRow:
     time: float
     key_id: str | None
