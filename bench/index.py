@@ -337,6 +337,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "burst-routes-margin.json": ("python -m bench.burst_routes",
                                  "the same with the margin pricing (the default): from c=2 "
                                  "on, the first 3 arrivals small, then all large", ""),
+    "ab-records-c50.json": ("python -m bench.ab --base 4eee0f6 --rounds 3 --seconds 6 "
+                            "--connections 50 --out bench/results/ab-records-c50.json",
+                            "the request's records slotted and unfrozen at run time "
+                            "(app.record): forced c=50 2,459 -> 2,565 req/s, every round",
+                            ""),
     "without.json": ("python -m bench.without --rounds 3 --seconds 6",
                      "the forced tier at c=50 as it is, without its journal line, its "
                      "usage row or all post-answer bookkeeping, and the bare pass-through, "
