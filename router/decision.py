@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any, Literal
+
+from router.record import record
 
 Strategy = Literal["direct", "cot", "fewshot"]
 Policy = Literal["min-energy", "balanced", "max-quality"]
 POLICIES: tuple[Policy, ...] = ("min-energy", "balanced", "max-quality")
 
 
-@dataclass(frozen=True)
+@record
 class Query:
     """The plain facts of a request the router decides on."""
 
@@ -44,7 +46,7 @@ class Unroutable(Exception):
     """Every action's backend is unavailable."""
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     """One routing decision; `reason` says in words why it was taken."""
 

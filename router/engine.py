@@ -11,6 +11,7 @@ from router.classifier import Classifier
 from router.complexity import ComplexityModel, complexity
 from router.decision import Decision, Query, Unroutable
 from router.policy import Candidate, Choice, Policy
+from router.record import record
 
 MAX_TARGETS_KEPT = 64  # quality targets whose tolerance is remembered
 
@@ -45,7 +46,7 @@ class Targets:
         return points[-1][1] * max(0.0, (1.0 - target) / (1.0 - points[-1][0]))
 
 
-@dataclass(frozen=True)
+@record
 class Assessment:
     probabilities: Mapping[str, float]
     category: str

@@ -27,6 +27,7 @@ from router.decision import Policy as PolicyName
 from router.fewshot import FewShot
 from router.pricing import LoadPricing, Pricing, Site
 from router.quality import ExpectedLengths, QualityTable, action
+from router.record import record
 from router.thinking import CLOSING_TOKENS, ThinkingModel, budget_share
 
 COT_PROMPT_TOKENS = 32  # the step-by-step instruction added to the prompt
@@ -44,7 +45,7 @@ class ActionSpec:
         return action(self.tier, self.strategy)
 
 
-@dataclass(frozen=True)
+@record
 class Candidate:
     spec: ActionSpec
     expected_quality: float
@@ -63,7 +64,7 @@ class Candidate:
         return self.spec.key + (f"@{b}" if b and self.spec.strategy == "cot" else "")
 
 
-@dataclass(frozen=True)
+@record
 class Choice:
     chosen: Candidate
     reason: str

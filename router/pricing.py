@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from router.curves import Curve
+from router.record import record
 
 Batching = Literal["margin", "share"]
 BATCHING: Batching = "margin"
@@ -74,7 +75,7 @@ class Site:
     neighbours: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True)
+@record
 class Price:
     joules: float
     note: str  # "alone", "joins a batch of 7", "beside large-8b"

@@ -9,10 +9,10 @@ from typing import Any
 from app.catalog import Backend
 from app.errors import ApiError, bad_request
 from app.forward.usage import Prior
-from app.record import record
 from app.tenancy.admission import Hold
 from app.tenancy.keys import ApiKey
 from router.decision import Decision, Query
+from router.record import record
 
 BodyFor = Callable[[Decision, Backend], dict[str, Any]]
 

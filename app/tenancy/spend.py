@@ -28,10 +28,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Float, Integer, case, cast, func, select
 
-from app.record import record
 from app.tenancy.database import USAGE, Database, DatabaseError
 from app.tenancy.journal import UsageJournal, recover
 from app.tenancy.keys import ApiKey, BudgetPeriod
+from router.record import record
 
 log = logging.getLogger("joulegate.usage")
 U = USAGE.c

@@ -11,9 +11,7 @@ the code that type-checks; records are not hashable (none is a key).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
-
-from typing_extensions import dataclass_transform
+from typing import TypeVar, dataclass_transform
 
 T = TypeVar("T")
 
