@@ -342,6 +342,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                             "the request's records slotted and unfrozen at run time "
                             "(app.record): forced c=50 2,459 -> 2,565 req/s, every round",
                             ""),
+    "ab-records-auto-c50.json": ("python -m bench.ab --base 926e137 --model auto --rounds 3 "
+                                 "--seconds 6 --connections 50 --out "
+                                 "bench/results/ab-records-auto-c50.json",
+                                 "the router's records unfrozen at run time too: auto c=50 "
+                                 "1,563 -> 1,582 req/s (every round, within 4%)", ""),
     "without.json": ("python -m bench.without --rounds 3 --seconds 6",
                      "the forced tier at c=50 as it is, without its journal line, its "
                      "usage row or all post-answer bookkeeping, and the bare pass-through, "
