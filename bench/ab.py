@@ -34,11 +34,18 @@ MESSAGES = [{"role": "user", "content": "What is the capital?"}]
 def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: int,
              model: str, workers: int, stream: bool = False) -> dict[str, Any]:
     port = free_port()
-    proc = joulegate(port, upstream, work, root, workers)
+    body = {"model": model, "messages": MESSAGES, **({"stream": True} if stream else {})}
+    return measure_gateway(joulegate(port, upstream, work, root, workers), port, work,
+                           seconds, connections, body)
+
+
+def measure_gateway(proc: subprocess.Popen[bytes], port: int, work: Path, seconds: int,
+                    connections: int, body: dict[str, Any]) -> dict[str, Any]:
+    """wrk's figures for `body` against the gateway `proc` serves on `port`
+    (warmed up first), with its CPU per request; `proc` is stopped after."""
     try:
         wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        body = {"model": model, "messages": MESSAGES, **({"stream": True} if stream else {})}
         wrk(url, connections, 2, body, work)  # warm up
         before = tree_cpu_s(proc.pid)
         out = wrk(url, connections, seconds, body, work)

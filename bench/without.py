@@ -35,11 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from app.tools.embedded import free_port
-from bench.ab import MESSAGES
-from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx, wrk
+from bench.ab import MESSAGES, measure_gateway
+from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx
 from bench.gpu_common import worktree_at
-from bench.process import tree_cpu_s
-from workers.local import ROOT, wait_healthy
+from workers.local import ROOT
 
 EXCHANGE = "app/forward/exchange.py"
 JOURNAL = ("                p.on_answered(row)\n", "                pass\n")
@@ -71,21 +70,8 @@ def _copy_without(src: Path, part: str, dest: Path) -> Path:
 def _measure(start: Callable[[int], subprocess.Popen[bytes]], work: Path, seconds: int,
              connections: int, model: str) -> dict[str, Any]:
     port = free_port()
-    proc = start(port)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        body = {"model": model, "messages": MESSAGES}
-        wrk(url, connections, 2, body, work)  # warm up
-        before = tree_cpu_s(proc.pid)
-        out = wrk(url, connections, seconds, body, work)
-        requests = (out["req_per_s"] or 0) * seconds
-        out["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(proc.pid) - before) / requests,
-                                          4) if requests else None
-        return out
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    return measure_gateway(start(port), port, work, seconds, connections,
+                           {"model": model, "messages": MESSAGES})
 
 
 def main() -> None:
