@@ -342,6 +342,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                             "the request's records slotted and unfrozen at run time "
                             "(app.record): forced c=50 2,459 -> 2,565 req/s, every round",
                             ""),
+    "ab-records-c50-repeat.json": ("python -m bench.ab --base 4eee0f6 --rounds 4 --seconds 6 "
+                                   "--connections 50 (at 8cbde9e, the router's records "
+                                   "too)",
+                                   "the records A/B repeated: forced c=50 2,407 -> 2,502 "
+                                   "req/s, every round", ""),
     "ab-records-auto-c50.json": ("python -m bench.ab --base 926e137 --model auto --rounds 3 "
                                  "--seconds 6 --connections 50 --out "
                                  "bench/results/ab-records-auto-c50.json",
