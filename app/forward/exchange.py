@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -388,9 +388,8 @@ def _settled(p: Parts, fw: Forward, row: UsageRow | None, count: bool,
         p.on_settled(fw.hold, figure.net_j if figure is not None
                      else row.energy_net_j if row is not None else None)
     if row is not None:
-        p.on_usage(row if figure is None else replace(
-            row, energy_net_j=figure.net_j, energy_gross_j=figure.gross_j,
-            source=figure.source, energy_final=figure.final))
+        p.on_usage(row if figure is None else row.with_figure(
+            figure.net_j, figure.gross_j, figure.source, figure.final))
 
 
 def _error_envelope(error: object) -> dict[str, Any]:

@@ -125,8 +125,7 @@ class Planner:
         start = time.perf_counter()
         try:
             running = self.traffic.expect(self.pool.outstanding(), arriving)
-            d = self.router.decide(replace(q, concurrency=running,
-                                           unavailable=q.unavailable | down | unfit),
+            d = self.router.decide(q.under(running, q.unavailable | down | unfit),
                                    explain=not arriving)
         except Unroutable:
             saturated = {b.name for b in backends if self.pool.backend_saturated(b.name)}

@@ -165,3 +165,14 @@ def test_the_targets_baseline_is_the_large_tier_as_asked_by_name() -> None:
     assert baseline(plain, "large").spec.key == "large:direct"
     targets, rows = sweep(p, [cands, p.candidates({"chat": 1.0}, 50, None, {})], "large", 11)
     assert rows[0]["quality_ratio"] >= 1.0 - 1e-9 and targets["0.8"] >= targets["0.99"]
+
+
+def test_a_query_under_load_differs_from_it_in_the_load_only() -> None:
+    from dataclasses import replace
+
+    from router.decision import Query
+
+    q = Query("Why is the sky blue?", 7, 64, "min-energy", 20.0, {"a": 1}, frozenset({"b"}),
+              0.9, 256, True, False)
+    running, down = {"a": 3, "c": 1}, frozenset({"b", "d"})
+    assert q.under(running, down) == replace(q, concurrency=running, unavailable=down)

@@ -4,6 +4,7 @@ period from memory, everything back after a reopen."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from app.tenancy.keys import ApiKey
 from app.tenancy.spend import SpendLedger, UsageRow, period_end, period_start
@@ -79,3 +80,10 @@ def test_rows_the_database_refuses_are_written_once_it_takes_them(database: str)
     times = [r[0] for r in other.execute("SELECT time FROM usage ORDER BY time").rows]
     assert times == [now + i for i in range(5)]  # in order, each once
     other.close()
+
+
+def test_a_row_with_its_final_figure_differs_from_it_in_the_figure_only() -> None:
+    r = replace(row(1_700_000_000.0, 2.0), request_id="r1", model="auto", saved_j=1.5,
+                cached_tokens=3, energy_final=False)
+    assert r.with_figure(1.0, 4.0, "nvml", True) == replace(
+        r, energy_net_j=1.0, energy_gross_j=4.0, source="nvml", energy_final=True)
