@@ -352,6 +352,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                  "bench/results/ab-records-auto-c50.json",
                                  "the router's records unfrozen at run time too: auto c=50 "
                                  "1,563 -> 1,582 req/s (every round, within 4%)", ""),
+    "ab-no-replace-auto-c50.json": ("python -m bench.ab --base e0abbd9 --model auto --rounds 4 "
+                                    "--seconds 6 --connections 50 --out "
+                                    "bench/results/ab-no-replace-auto-c50.json",
+                                    "UsageRow.with_figure and Query.under instead of "
+                                    "dataclasses.replace: auto c=50 1,537 -> 1,571 req/s "
+                                    "(median; 3 of 4 rounds)", ""),
     "without.json": ("python -m bench.without --rounds 3 --seconds 6",
                      "the forced tier at c=50 as it is, without its journal line, its "
                      "usage row or all post-answer bookkeeping, and the bare pass-through, "
