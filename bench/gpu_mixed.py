@@ -1,0 +1,172 @@
+"""One GPU under mixed load: what the operating curves miss.
+
+Both tiers' llama-servers on one device, as the replays run them; closed
+loops of `ks` clients on the small model and `kl` on the large one, sent to
+the workers directly (no gateway, no router), each point of GRID held for
+`--seconds` after a warm-up. Per point: the device counter's joules, each
+model's completions and seconds per request, the joules per request, and
+what the operating curves predict for the same completions, each model at
+its own concurrency as if it ran alone. Their ratio is what the curves,
+measured one model at a time in lock-step batches, cannot see: two
+processes time-slicing the device, batch sizes between the calibrated ones,
+arrivals staggered as a closed loop makes them, prefill landing in the
+middle of other requests' decoding. Each request's prompt starts with its
+own number, so no slot reuses another's cached prompt.
+
+    python3 bench/gpu_mixed.py --llama-server BIN --models-dir DIR --out DIR
+        [--small llama-1b --large llama-8b --curves-dir curves/h200 --seconds 8
+         --source nvml]   ->  DIR/gpu-mixed.json
+
+On the device: `bash bench/run_h200_mixed.sh` (setup, then the grid at 6 s
+a point, ~5 min).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.gpu_common import engine_build, project_commit, write_json
+from bench.gpu_routing import PORTS, Setup, start_workers
+from router.curves import Curve
+
+ROOT = Path(__file__).resolve().parent.parent
+# (clients on the small model, clients on the large one): each alone at 1-8,
+# then mixes of eight and of four, both ways
+GRID = [(0, 1), (0, 2), (0, 4), (0, 8), (1, 0), (2, 0), (4, 0), (8, 0),
+        (1, 7), (2, 6), (4, 4), (6, 2), (7, 1), (1, 3), (2, 2), (3, 1)]
+SENTENCE = "The committee reviewed the quarterly figures and asked for a summary. "
+PROMPT_SENTENCES = {"short": 10, "long": 70}  # ~150 and ~1,000 tokens
+ANSWER_TOKENS = 64
+WARM_S = 2.0
+
+
+async def _point(ks: int, kl: int, prompt: str, seconds: float, reader: Any
+                 ) -> dict[str, Any]:
+    """`ks` + `kl` closed-loop clients for WARM_S + `seconds`; what finished in
+    the measured window, and the counter's joules over it."""
+    counter = iter(range(10**9))
+    window: dict[str, float] = {}
+    done: dict[str, list[tuple[float, int]]] = {"small": [], "large": []}
+    failed: dict[str, int] = {"small": 0, "large": 0}
+    stop_at = time.monotonic() + WARM_S + seconds
+
+    async def client(http: httpx.AsyncClient, tier: str) -> None:
+        url = f"http://127.0.0.1:{PORTS[tier]}/v1/chat/completions"
+        while time.monotonic() < stop_at:
+            t0 = time.monotonic()
+            body = {"messages": [{"role": "user", "content": f"{next(counter)}. {prompt}"}],
+                    "max_tokens": ANSWER_TOKENS, "ignore_eos": True}
+            try:
+                r = await http.post(url, json=body, timeout=600)
+                r.raise_for_status()
+                prompt_tokens = int(r.json()["usage"]["prompt_tokens"])
+            except (httpx.HTTPError, KeyError, ValueError):
+                failed[tier] += 1
+                continue
+            end = time.monotonic()
+            if "start" in window and end <= window.get("end", float("inf")):
+                done[tier].append((end - t0, prompt_tokens))
+
+    async def meter() -> None:
+        await asyncio.sleep(WARM_S)
+        e0, window["start"] = reader.read().counter_j, time.monotonic()
+        await asyncio.sleep(seconds)
+        window["end"] = time.monotonic()
+        window["joules"] = reader.read().counter_j - e0
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=32)) as http:
+        await asyncio.gather(meter(), *(client(http, "small") for _ in range(ks)),
+                             *(client(http, "large") for _ in range(kl)))
+    wall = window["end"] - window["start"]
+    out: dict[str, Any] = {"clients": {"small": ks, "large": kl}, "seconds": round(wall, 3),
+                           "joules": round(window["joules"], 2), "failed": failed}
+    n = sum(len(v) for v in done.values())
+    out["watts"] = round(window["joules"] / wall, 1)
+    out["joules_per_request"] = round(window["joules"] / n, 2) if n else None
+    for tier, rows in done.items():
+        out[tier] = {"completed": len(rows),
+                     "seconds_per_request": round(sum(s for s, _ in rows) / len(rows), 3)
+                     if rows else None,
+                     "prompt_tokens": round(sum(p for _, p in rows) / len(rows)) if rows
+                     else None}
+    return out
+
+
+def predicted(point: dict[str, Any], curves: dict[str, Curve]) -> float:
+    """The curves' joules for the point's completions, each model at its own
+    concurrency, as if it ran alone."""
+    total = 0.0
+    for tier, curve in curves.items():
+        row, k = point[tier], point["clients"][tier]
+        if row["completed"]:
+            total += row["completed"] * curve.joules(row["prompt_tokens"], ANSWER_TOKENS, k)
+    return total
+
+
+def run(s: Setup, seconds: float, grid: list[tuple[int, int]]) -> dict[str, Any]:
+    from telemetry.devices import DeviceSpec, make_reader
+
+    reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
+    curves = {tier: Curve.from_json(json.loads((s.curves_dir / f"{shape}.json").read_text()))
+              for tier, shape in s.shapes.items()}
+    points: dict[str, list[dict[str, Any]]] = {}
+    name = s.out / "gpu-mixed.json"
+    for shape, sentences in PROMPT_SENTENCES.items():
+        prompt = SENTENCE * sentences
+        points[shape] = []
+        for ks, kl in grid:
+            p = asyncio.run(_point(ks, kl, prompt, seconds, reader))
+            expected = predicted(p, curves)
+            p["curves_joules"] = round(expected, 2)
+            p["measured_over_curves"] = round(p["joules"] / expected, 3) if expected else None
+            points[shape].append(p)
+            print(shape, ks, kl, p["joules_per_request"], p["measured_over_curves"], flush=True)
+            # each point as it ends: a call cut off by its time limit keeps them
+            write_json(name.with_suffix(".partial.json"), {"points": points})
+    result = {"device": reader.name, "source": reader.source,
+              "engine_build": engine_build(s.llama_server), "commit": project_commit(),
+              "models": s.shapes, "curves": str(s.curves_dir), "answer_tokens": ANSWER_TOKENS,
+              "seconds_per_point": seconds, "warm_up_s": WARM_S,
+              "units": {"joules": "J, device counter delta over the window (gross)",
+                        "measured_over_curves": "the window's joules over the curves' "
+                                                "prediction for the same completions"},
+              "points": points}
+    write_json(name, result)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("--models-dir", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--small", default="llama-1b")
+    ap.add_argument("--large", default="llama-8b")
+    ap.add_argument("--source", default="nvml")
+    ap.add_argument("--curves-dir", type=Path, default=ROOT / "curves" / "h200")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--grid", default="", help="points as ks:kl,ks:kl (default: GRID)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    grid = [(int(a), int(b)) for a, b in (p.split(":") for p in args.grid.split(","))] \
+        if args.grid else GRID
+    s = Setup(args.llama_server, args.models_dir, args.out,
+              {"small": args.small, "large": args.large}, args.source, args.curves_dir)
+    procs = start_workers(s)
+    try:
+        run(s, args.seconds, grid)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
