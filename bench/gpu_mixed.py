@@ -49,17 +49,20 @@ WARM_S = 2.0
 
 async def _point(ks: int, kl: int, prompt: str, seconds: float, reader: Any
                  ) -> dict[str, Any]:
-    """`ks` + `kl` closed-loop clients for WARM_S + `seconds`; what finished in
-    the measured window, and the counter's joules over it."""
+    """`ks` + `kl` closed-loop clients for WARM_S + `seconds`, the counter's
+    joules over the last `seconds`, and each model's completions in that
+    window: every request counts for the share of its time inside it (a
+    request of 5 s, where the window is 6, is never whole inside it)."""
     counter = iter(range(10**9))
     window: dict[str, float] = {}
-    done: dict[str, list[tuple[float, int]]] = {"small": [], "large": []}
-    failed: dict[str, int] = {"small": 0, "large": 0}
+    done: dict[str, list[tuple[float, float, int]]] = {"small": [], "large": []}
+    failed: dict[str, list[str]] = {"small": [], "large": []}
     stop_at = time.monotonic() + WARM_S + seconds
 
     async def client(http: httpx.AsyncClient, tier: str) -> None:
         url = f"http://127.0.0.1:{PORTS[tier]}/v1/chat/completions"
-        while time.monotonic() < stop_at:
+        misses = 0
+        while time.monotonic() < stop_at and misses < 3:  # a worker refusing: stop asking
             t0 = time.monotonic()
             body = {"messages": [{"role": "user", "content": f"{next(counter)}. {prompt}"}],
                     "max_tokens": ANSWER_TOKENS, "ignore_eos": True}
@@ -67,12 +70,12 @@ async def _point(ks: int, kl: int, prompt: str, seconds: float, reader: Any
                 r = await http.post(url, json=body, timeout=600)
                 r.raise_for_status()
                 prompt_tokens = int(r.json()["usage"]["prompt_tokens"])
-            except (httpx.HTTPError, KeyError, ValueError):
-                failed[tier] += 1
+            except (httpx.HTTPError, KeyError, ValueError) as exc:
+                misses += 1
+                failed[tier].append(f"{type(exc).__name__}: {str(exc)[:120]}")
                 continue
-            end = time.monotonic()
-            if "start" in window and end <= window.get("end", float("inf")):
-                done[tier].append((end - t0, prompt_tokens))
+            misses = 0
+            done[tier].append((t0, time.monotonic(), prompt_tokens))
 
     async def meter() -> None:
         await asyncio.sleep(WARM_S)
@@ -84,18 +87,24 @@ async def _point(ks: int, kl: int, prompt: str, seconds: float, reader: Any
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=32)) as http:
         await asyncio.gather(meter(), *(client(http, "small") for _ in range(ks)),
                              *(client(http, "large") for _ in range(kl)))
-    wall = window["end"] - window["start"]
-    out: dict[str, Any] = {"clients": {"small": ks, "large": kl}, "seconds": round(wall, 3),
-                           "joules": round(window["joules"], 2), "failed": failed}
-    n = sum(len(v) for v in done.values())
-    out["watts"] = round(window["joules"] / wall, 1)
-    out["joules_per_request"] = round(window["joules"] / n, 2) if n else None
+    lo, hi = window["start"], window["end"]
+    out: dict[str, Any] = {"clients": {"small": ks, "large": kl}, "seconds": round(hi - lo, 3),
+                           "joules": round(window["joules"], 2),
+                           "watts": round(window["joules"] / (hi - lo), 1),
+                           "failed": {t: len(f) for t, f in failed.items()},
+                           "first_failure": {t: f[0] for t, f in failed.items() if f}}
+    total = 0.0
     for tier, rows in done.items():
-        out[tier] = {"completed": len(rows),
-                     "seconds_per_request": round(sum(s for s, _ in rows) / len(rows), 3)
-                     if rows else None,
-                     "prompt_tokens": round(sum(p for _, p in rows) / len(rows)) if rows
-                     else None}
+        inside = [(max(0.0, min(t1, hi) - max(t0, lo)) / (t1 - t0), t1 - t0, p)
+                  for t0, t1, p in rows if t1 > lo and t0 < hi and t1 > t0]
+        share = sum(f for f, _, _ in inside)
+        total += share
+        out[tier] = {"completed": round(share, 2),
+                     "seconds_per_request": round(sum(d for _, d, _ in inside) / len(inside), 3)
+                     if inside else None,
+                     "prompt_tokens": round(sum(p for _, _, p in inside) / len(inside))
+                     if inside else None}
+    out["joules_per_request"] = round(window["joules"] / total, 2) if total else None
     return out
 
 
