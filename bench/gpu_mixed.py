@@ -23,7 +23,6 @@ a point, ~5 min).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import time
@@ -33,7 +32,7 @@ from typing import Any
 import httpx
 
 from bench.gpu_common import engine_build, project_commit, write_json
-from bench.gpu_routing import PORTS, Setup, start_workers
+from bench.gpu_routing import PORTS, Setup, setup_of, setup_parser, start_workers
 from router.curves import Curve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,22 +151,13 @@ def run(s: Setup, seconds: float, grid: list[tuple[int, int]]) -> dict[str, Any]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--llama-server", required=True)
-    ap.add_argument("--models-dir", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--small", default="llama-1b")
-    ap.add_argument("--large", default="llama-8b")
-    ap.add_argument("--source", default="nvml")
-    ap.add_argument("--curves-dir", type=Path, default=ROOT / "curves" / "h200")
+    ap = setup_parser()
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--grid", default="", help="points as ks:kl,ks:kl (default: GRID)")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
     grid = [(int(a), int(b)) for a, b in (p.split(":") for p in args.grid.split(","))] \
         if args.grid else GRID
-    s = Setup(args.llama_server, args.models_dir, args.out,
-              {"small": args.small, "large": args.large}, args.source, args.curves_dir)
+    s = setup_of(args)
     procs = start_workers(s)
     try:
         run(s, args.seconds, grid)

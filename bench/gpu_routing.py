@@ -327,9 +327,9 @@ def phase_replay(s: Setup, n: int, workload: str,
                    ["auto", "large", "small-cot"], ["tab:green", "tab:red", "tab:orange"])
 
 
-def main() -> None:
+def setup_parser() -> argparse.ArgumentParser:
+    """The arguments of a GPU benchmark of the two tiers' workers."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=["calibrate", "replay"], required=True)
     ap.add_argument("--llama-server", required=True)
     ap.add_argument("--models-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
@@ -337,6 +337,18 @@ def main() -> None:
     ap.add_argument("--large", default="llama-8b")
     ap.add_argument("--source", default="nvml")
     ap.add_argument("--curves-dir", type=Path, default=ROOT / "curves" / "h200")
+    return ap
+
+
+def setup_of(args: argparse.Namespace) -> Setup:
+    args.out.mkdir(parents=True, exist_ok=True)
+    return Setup(args.llama_server, args.models_dir, args.out,
+                 {"small": args.small, "large": args.large}, args.source, args.curves_dir)
+
+
+def main() -> None:
+    ap = setup_parser()
+    ap.add_argument("--phase", choices=["calibrate", "replay"], required=True)
     ap.add_argument("--prompts", default="64,512,4096")
     ap.add_argument("--completions", default="32,256,2048")
     ap.add_argument("--concurrency", default="1,8")
@@ -346,9 +358,7 @@ def main() -> None:
                     help="turns of large, auto, split (load-blind) and auto-share "
                          "instead of the usual modes")
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    s = Setup(args.llama_server, args.models_dir, args.out,
-              {"small": args.small, "large": args.large}, args.source, args.curves_dir)
+    s = setup_of(args)
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
     if args.phase == "replay" and set(concurrencies) - set(REPLAYABLE):
         ap.error(f"--concurrency: a replay runs at {sorted(REPLAYABLE)}")
