@@ -15,7 +15,7 @@ own number, so no slot reuses another's cached prompt.
 
     python3 bench/gpu_mixed.py --llama-server BIN --models-dir DIR --out DIR
         [--small llama-1b --large llama-8b --curves-dir curves/h200 --seconds 8
-         --source nvml]   ->  DIR/gpu-mixed.json
+         --source nvml]   ->  DIR/gpu-mixed.json (+ .png)
 
 On the device: `bash bench/run_h200_mixed.sh` (setup, then the grid at 6 s
 a point, ~5 min).
@@ -118,6 +118,37 @@ def predicted(point: dict[str, Any], curves: dict[str, Curve]) -> float:
     return total
 
 
+def plot(path: Path, result: dict[str, Any]) -> None:
+    """Joules per request by the clients on each model (a grid per prompt
+    length), each cell with the measured over the curves' figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = list(result["points"])
+    fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 4.6), squeeze=False)
+    for ax, shape in zip(axes[0], shapes, strict=True):
+        grid = [[float("nan")] * 9 for _ in range(9)]
+        for p in result["points"][shape]:
+            ks, kl = p["clients"]["small"], p["clients"]["large"]
+            if p["joules_per_request"] is not None:
+                grid[kl][ks] = p["joules_per_request"]
+                ratio = p["measured_over_curves"]
+                ax.text(ks, kl, f"{p['joules_per_request']:.0f}\n" +
+                        (f"x{ratio:.2f}" if ratio else ""), ha="center", va="center",
+                        fontsize=7, bbox={"facecolor": "white", "alpha": 0.7, "lw": 0})
+        im = ax.imshow(grid, origin="lower", cmap="viridis_r")
+        ax.set_xlabel("clients on the small model")
+        ax.set_ylabel("clients on the large model")
+        ax.set_title(f"{shape} prompts: J per request "
+                     f"({result['source']}; x measured / curves)", fontsize=9)
+        fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def run(s: Setup, seconds: float, grid: list[tuple[int, int]]) -> dict[str, Any]:
     from telemetry.devices import DeviceSpec, make_reader
 
@@ -147,6 +178,7 @@ def run(s: Setup, seconds: float, grid: list[tuple[int, int]]) -> dict[str, Any]
                                                 "prediction for the same completions"},
               "points": points}
     write_json(name, result)
+    plot(name.with_suffix(".png"), result)
     return result
 
 

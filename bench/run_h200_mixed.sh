@@ -18,5 +18,5 @@ export PYTHONPATH=/tmp/site:$PWD
 timeout "$(left)" python3 bench/gpu_mixed.py --llama-server /tmp/jg/bin/llama-server \
   --models-dir /tmp/jg/models --out /tmp/jg/res --seconds "${SECONDS_PER_POINT:-6}" \
   ${GRID:+--grid "$GRID"} | tail -40 || echo "cut off: the points done are in the partial file"
-cp /tmp/jg/res/gpu-mixed*.json "$OUT_DIR/" 2>/dev/null || true
+cp /tmp/jg/res/gpu-mixed* "$OUT_DIR/" 2>/dev/null || true
 echo "done in $(( $(date +%s) - start )) s; results in $OUT_DIR"
