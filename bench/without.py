@@ -15,7 +15,11 @@ longer there stops the run, naming the part). What is taken out:
 - `usage row`: the row handed to the usage ledger (the database write, the
   journal's final-figure line);
 - `all bookkeeping`: both, and everything the request does after its answer
-  (metrics, token counts, the wait for its final energy figure).
+  (metrics, token counts, the wait for its final energy figure);
+- `all bookkeeping, records handed to another process`: the same, but each
+  request's facts sent as one datagram to a process that only decodes them
+  (not counted in the gateway's CPU): what the gateway would still pay if
+  its records were kept elsewhere.
 
 What is left beside the pass-through is the forward itself: parsing,
 admission, planning, the worker exchange, the answer.
@@ -28,6 +32,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import partial
@@ -43,18 +48,45 @@ from workers.local import ROOT
 EXCHANGE = "app/forward/exchange.py"
 JOURNAL = ("                p.on_answered(row)\n", "                pass\n")
 USAGE = [("                p.on_usage(row)\n", "                pass\n"),
-         ("        p.on_usage(row if figure is None else replace(",
-          "        (lambda _: None)(row if figure is None else replace(")]
+         ("        p.on_usage(row if figure is None else row.with_figure(",
+          "        (lambda _: None)(row if figure is None else row.with_figure(")]
 AFTER = ("        asyncio.get_running_loop().call_soon(self._record, prompt, completion, "
          "ended_s, row)\n", "")
 NO_ROW = ("        if self.count:  # on disk before the answer leaves: a kill -9 loses no row\n",
           "        if False:\n")
+# The records handed away instead: one datagram per request (a tuple of the
+# request's facts, orjson) to another process, which decodes it and does
+# nothing else; what the gateway itself would still pay if its records were
+# kept elsewhere.
+SINK_HELPER = ("log = logging.getLogger(\"joulegate.exchange\")\n",
+               "log = logging.getLogger(\"joulegate.exchange\")\n"
+               "import socket as _socket\n"
+               "_SINK = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)\n"
+               "_SINK.setblocking(False)\n\n\n"
+               "def _hand_away(record: bytes) -> None:\n"
+               "    try:\n"
+               "        _SINK.sendto(record, {sink!r})\n"
+               "    except OSError:\n"
+               "        pass\n")
+HAND_AWAY = (AFTER[0], "        _hand_away(jsonio.dumps((time.time(), fw.decision.tier, "
+             "fw.decision.backend, fw.route, fw.decision.category, self.status, prompt, "
+             "completion, self.window, ended_s - fw.received_at, "
+             "self.figure.net_j if self.figure else None)))\n")
+SINK = """
+import socket, sys, orjson
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+while True:
+    orjson.loads(s.recv(65536))
+"""
 PARTS: dict[str, list[tuple[str, str]]] = {
-    "journal": [JOURNAL], "usage row": USAGE, "all bookkeeping": [NO_ROW, AFTER]}
+    "journal": [JOURNAL], "usage row": USAGE, "all bookkeeping": [NO_ROW, AFTER],
+    "all bookkeeping, records handed to another process": [NO_ROW, HAND_AWAY, SINK_HELPER]}
 
 
-def _copy_without(src: Path, part: str, dest: Path) -> Path:
-    """A copy of the worktree `src` with `part` taken out of the exchange."""
+def _copy_without(src: Path, part: str, dest: Path, sink: Path) -> Path:
+    """A copy of the worktree `src` with `part` taken out of the exchange
+    (records handed away go to the datagram socket `sink`)."""
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git"))
     path = dest / EXCHANGE
     text = path.read_text()
@@ -62,7 +94,7 @@ def _copy_without(src: Path, part: str, dest: Path) -> Path:
         if text.count(old) != 1:
             raise SystemExit(f"{part}: {old.strip()!r} is not in {EXCHANGE} once; "
                              "update bench/without.py")
-        text = text.replace(old, new)
+        text = text.replace(old, new.replace("{sink!r}", repr(str(sink))))
     path.write_text(text)
     return dest
 
@@ -85,8 +117,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="joulegate-without-"))
     runs: dict[str, list[dict[str, Any]]] = {}
     with worktree_at("HEAD", work / "head") as head:
-        roots = {"as is": head, **{f"without {p}": _copy_without(head, p, work / p.replace(
-            " ", "-")) for p in PARTS}}
+        sink = work / "records.sock"
+        roots = {"as is": head, **{f"without {p}": _copy_without(
+            head, p, work / p.replace(" ", "-").replace(",", ""), sink) for p in PARTS}}
+        receiver = subprocess.Popen([sys.executable, "-c", SINK, str(sink)])
         upstream = start_nginx(work)
         try:
             starts: dict[str, Callable[[int], subprocess.Popen[bytes]]] = {
@@ -102,6 +136,7 @@ def main() -> None:
                     print(name, runs[name][-1], flush=True)
         finally:
             stop_nginx(work)
+            receiver.kill()
     floor = statistics.median(r["req_per_s"] for r in runs["FastAPI pass-through"])
     summary = {name: {"req_per_s_median": (rps := statistics.median(
                           r["req_per_s"] for r in rs)),
@@ -118,7 +153,7 @@ def main() -> None:
               "taken_out_of": EXCHANGE, "runs": runs, "summary": summary}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for name, s in summary.items():
-        print(f"{name:28s} {s['req_per_s_median']:8.0f} req/s  {s['vs_pass_through']:.2f}x  "
+        print(f"{name:60s} {s['req_per_s_median']:8.0f} req/s  {s['vs_pass_through']:.2f}x  "
               f"{s['cpu_ms_per_request_median']:.3f} ms CPU")
 
 
