@@ -360,8 +360,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                     "(median; 3 of 4 rounds)", ""),
     "without.json": ("python -m bench.without --rounds 3 --seconds 6",
                      "the forced tier at c=50 as it is, without its journal line, its "
-                     "usage row or all post-answer bookkeeping, and the bare pass-through, "
-                     "in turns: 0.61x / 0.65x / 0.67x / 0.85x of the pass-through's req/s",
+                     "usage row or all post-answer bookkeeping, with its records handed to "
+                     "another process, and the bare pass-through, in turns: 0.59x / 0.61x / "
+                     "0.67x / 0.84x / 0.80x of the pass-through's req/s",
                      ""),
     "server-ab.json": ("python -m bench.server_ab --rounds 3 (pip install granian)",
                        "the ASGI server in turns under the bare pass-through: granian "
