@@ -35,7 +35,6 @@ from bench.gpu_common import engine_build, project_commit, write_json
 from bench.gpu_routing import PORTS, Setup, setup_of, setup_parser, start_workers
 from router.curves import Curve
 
-ROOT = Path(__file__).resolve().parent.parent
 # (clients on the small model, clients on the large one): each alone at 1-8,
 # then mixes of eight and of four, both ways
 GRID = [(0, 1), (0, 2), (0, 4), (0, 8), (1, 0), (2, 0), (4, 0), (8, 0),
