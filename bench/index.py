@@ -343,7 +343,7 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                             "(app.record): forced c=50 2,459 -> 2,565 req/s, every round",
                             ""),
     "ab-records-c50-repeat.json": ("python -m bench.ab --base 4eee0f6 --rounds 4 --seconds 6 "
-                                   "--connections 50 (at 8cbde9e, the router's records "
+                                   "--connections 50 (at 119ea45, the router's records "
                                    "too)",
                                    "the records A/B repeated: forced c=50 2,407 -> 2,502 "
                                    "req/s, every round", ""),
