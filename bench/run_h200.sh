@@ -26,14 +26,9 @@ models="llama-1b llama-8b"
 if [ -n "$phases" ] && [[ " $phases " != *" calibrate "* && " $phases " != *" replay "* ]]; then
   models="llama-1b"
 fi
-export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
-start=$(date +%s)
-left() { echo $(( 560 - ($(date +%s) - start) )); }
-OUT_DIR="${OUT:-/tmp/jg/out}"
-mkdir -p "$OUT_DIR" /tmp/jg/res
-OUT= MODELS="$models" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
-  || { tail -30 /tmp/jg-setup.log; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD
+LIMIT_S=560 SETUP_MODELS="$models"
+# shellcheck source=bench/device_prelude.sh
+. bench/device_prelude.sh
 for phase in calibrate replay telemetry; do
   f="gpu-$phase.json"; [ "$phase" = calibrate ] && f=gpu-curves.json
   [ "$phase" = replay ] && f=gpu-routing.json

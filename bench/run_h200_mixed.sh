@@ -7,14 +7,9 @@
 # 16 points x 2 prompt lengths at SECONDS (default 6) each, ~5 min; the points
 # done are in gpu-mixed.partial.json if the call is cut off.
 set -euo pipefail
-export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
-start=$(date +%s)
-left() { echo $(( 570 - ($(date +%s) - start) )); }
-OUT_DIR="${OUT:-/tmp/jg/out}"
-mkdir -p "$OUT_DIR" /tmp/jg/res
-OUT= MODELS="llama-1b llama-8b" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
-  || { tail -30 /tmp/jg-setup.log; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD
+LIMIT_S=570 SETUP_MODELS="llama-1b llama-8b"
+# shellcheck source=bench/device_prelude.sh
+. bench/device_prelude.sh
 timeout "$(left)" python3 bench/gpu_mixed.py --llama-server /tmp/jg/bin/llama-server \
   --models-dir /tmp/jg/models --out /tmp/jg/res --seconds "${SECONDS_PER_POINT:-6}" \
   ${GRID:+--grid "$GRID"} | tail -40 || echo "cut off: the points done are in the partial file"

@@ -10,14 +10,10 @@
 # A phase is done when its result is under /tmp/jg/res on a warm machine (or
 # in bench/results/, with curves/h200/ holding the curves). Results go to $OUT.
 set -euo pipefail
-export PYTHONUNBUFFERED=1 JOULEGATE_DATA="${JOULEGATE_DATA:-$PWD/.data}"
-start=$(date +%s)
-left() { echo $(( 570 - ($(date +%s) - start) )); }
-OUT_DIR="${OUT:-/tmp/jg/out}"
-mkdir -p "$OUT_DIR" /tmp/jg/res /tmp/jg/curves
-OUT= MODELS="qwen3-1.7b qwen3-8b" bash bench/device_setup.sh > /tmp/jg-setup.log 2>&1 \
-  || { tail -30 /tmp/jg-setup.log; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD
+LIMIT_S=570 SETUP_MODELS="qwen3-1.7b qwen3-8b"
+# shellcheck source=bench/device_prelude.sh
+. bench/device_prelude.sh
+mkdir -p /tmp/jg/curves
 for f in gpu-thinking-curves.json gpu-thinking.json; do
   [ -f "bench/results/$f" ] && [ ! -f "/tmp/jg/res/$f" ] && cp "bench/results/$f" /tmp/jg/res/
 done
