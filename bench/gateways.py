@@ -170,12 +170,13 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
                             stderr=subprocess.STDOUT, preexec_fn=pinned(cores))
 
 
-def passthrough(port: int, upstream: int, work: Path, cores: set[int] | None = None
-                ) -> subprocess.Popen[bytes]:
-    """The bare FastAPI pass-through (bench/passthrough.py) to the fixed upstream."""
+def passthrough(port: int, upstream: int, work: Path, cores: set[int] | None = None,
+                workers: int = 1) -> subprocess.Popen[bytes]:
+    """The bare FastAPI pass-through (bench/passthrough.py) to the fixed upstream,
+    in `workers` processes."""
     return subprocess.Popen(
         [sys.executable, "-m", "bench.passthrough", "--port", str(port),
-         "--upstream", f"http://127.0.0.1:{upstream}"], cwd=ROOT,
+         "--upstream", f"http://127.0.0.1:{upstream}", "--workers", str(workers)], cwd=ROOT,
         stdout=(work / f"passthrough-{port}.log").open("wb"), stderr=subprocess.STDOUT,
         preexec_fn=pinned(cores))
 
@@ -226,8 +227,10 @@ def main() -> None:
         name = "joulegate" if n == 1 else f"joulegate{n}"
         ports[name] = free_port()
         procs[name] = joulegate(ports[name], upstream, work, workers=n, cores=pin(PINNED[n]))
-    ports["passthrough"] = free_port()
-    procs["passthrough"] = passthrough(ports["passthrough"], upstream, work, pin(PINNED[1]))
+    for n in gateways:  # the pass-through in as many processes, for like-for-like ratios
+        name = "passthrough" if n == 1 else f"passthrough{n}"
+        ports[name] = free_port()
+        procs[name] = passthrough(ports[name], upstream, work, pin(PINNED[n]), n)
     if not args.no_litellm:
         ports["litellm"] = free_port()
         procs["litellm"] = _litellm(ports["litellm"], upstream, work)
@@ -262,6 +265,8 @@ def main() -> None:
                  ("joulegate auto, streamed", "joulegate", chat, {"model": "auto", "stream": True}),
                  *((f"joulegate forced tier, {n} processes", f"joulegate{n}", chat,
                     {"model": "small"}) for n in gateways[1:]),
+                 *((f"FastAPI pass-through, {n} processes", f"passthrough{n}", chat,
+                    {"model": "x"}) for n in gateways[1:]),
                  *((("LiteLLM proxy, 1 worker", "litellm", chat, {"model": "small"}),)
                    if "litellm" in procs else ())]
         rounds: list[dict[str, dict[str, Any]]] = []
@@ -327,8 +332,9 @@ def _medians(rows: list[dict[str, Any]], digits: int) -> dict[str, Any]:
 def ratios(runs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
     """Each row against the floors of the same run: p50 and p99 at c=1 and
     req/s at c=50 over the pass-through's (the streamed one for streamed
-    rows) and nginx's; the gateway boards' figure, added p99 at c=1 over
-    nginx (a zero-delay upstream); and joulegate's c=50 over LiteLLM's."""
+    rows, the one of as many processes for N-process rows) and nginx's; the
+    gateway boards' figure, added p99 at c=1 over nginx (a zero-delay
+    upstream); and joulegate's c=50 over LiteLLM's."""
     def get(name: str, c: int, field: str) -> float | None:
         run = runs.get(f"{name} c={c}")
         return None if run is None else run.get(field)
@@ -339,7 +345,9 @@ def ratios(runs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     litellm = get("LiteLLM proxy, 1 worker", 50, "req_per_s")
     for name in names:
-        floor = "FastAPI pass-through, streamed" if "streamed" in name \
+        processes = re.search(r", (\d+) processes$", name)
+        floor = f"FastAPI pass-through, {processes.group(1)} processes" if processes \
+            else "FastAPI pass-through, streamed" if "streamed" in name \
             else "FastAPI pass-through"
         row = {
             "p50_c1_over_passthrough": over(get(name, 1, "p50_ms"), get(floor, 1, "p50_ms")),

@@ -4,14 +4,19 @@ answers relayed chunk by chunk), under uvicorn with the options joulegate
 runs (httptools, uvloop where installed, no access log). No routing, no
 metering, no validation: what any Python gateway pays before doing its work.
 
-    python -m bench.passthrough --port 8300 --upstream http://127.0.0.1:8200
+    python -m bench.passthrough --port 8300 --upstream http://127.0.0.1:8200 [--workers N]
+
+`--workers N`: N processes on the one port (uvicorn's own supervisor, as
+`joulegate serve --workers N` is measured beside it).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import uvicorn
@@ -57,18 +62,33 @@ def make_app(upstream: str) -> FastAPI:
     return app
 
 
+UPSTREAM_ENV = "PASSTHROUGH_UPSTREAM"
+
+
+def app_from_env() -> FastAPI:
+    """The app of a worker process started by uvicorn's supervisor."""
+    return make_app(os.environ[UPSTREAM_ENV])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--upstream", required=True)
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
     try:
         import uvloop  # noqa: F401
         loop = "uvloop"
     except ImportError:
         loop = "asyncio"
-    uvicorn.run(make_app(args.upstream), host="127.0.0.1", port=args.port, http="httptools",
-                loop=loop, access_log=False, log_level="warning")
+    options: dict[str, Any] = {"host": "127.0.0.1", "port": args.port, "http": "httptools",
+                               "loop": loop, "access_log": False, "log_level": "warning"}
+    if args.workers > 1:
+        os.environ[UPSTREAM_ENV] = args.upstream
+        uvicorn.run("bench.passthrough:app_from_env", factory=True, workers=args.workers,
+                    **options)
+    else:
+        uvicorn.run(make_app(args.upstream), **options)
 
 
 if __name__ == "__main__":
