@@ -161,7 +161,8 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "cprofile-auto-c50.json": ("python -m bench.cprofile_gateway --model auto",
                                "the same under auto", ""),
     "gateways.json": ("python -m bench.gateways --seconds 8 --rounds 3",
-                      "nginx, joulegate and LiteLLM side by side on this VM", ""),
+                      "nginx, a bare FastAPI pass-through (1 and 2 processes), joulegate and "
+                      "LiteLLM side by side on this VM", ""),
     "gateways.png": ("same", "gateways.json as a picture", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
