@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from bench.gpu_common import engine_build, project_commit, write_json
-from bench.gpu_routing import PORTS, Setup, setup_of, setup_parser, start_workers
+from bench.gpu_routing import PORTS, Setup, setup_of, setup_parser, workers_running
 from router.curves import Curve
 
 # (clients on the small model, clients on the large one): each alone at 1-8,
@@ -189,13 +189,8 @@ def main() -> None:
     grid = [(int(a), int(b)) for a, b in (p.split(":") for p in args.grid.split(","))] \
         if args.grid else GRID
     s = setup_of(args)
-    procs = start_workers(s)
-    try:
+    with workers_running(s):
         run(s, args.seconds, grid)
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=30)
 
 
 if __name__ == "__main__":

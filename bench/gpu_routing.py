@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,10 +92,18 @@ def catalog_for(s: Setup, with_curves: bool, routing: dict[str, Any] | None = No
     })
 
 
-def start_workers(s: Setup) -> list[Any]:
-    return [start_llama(s.llama_server, str(s.models_dir / f"{shape}.gguf"), PORTS[tier], 8,
-                        8192, s.out / f"llama-{shape}.log")
-            for tier, shape in s.shapes.items()]
+@contextlib.contextmanager
+def workers_running(s: Setup) -> Iterator[None]:
+    """Each tier's llama-server for the block's length, stopped however it ends."""
+    procs = [start_llama(s.llama_server, str(s.models_dir / f"{shape}.gguf"), PORTS[tier], 8,
+                         8192, s.out / f"llama-{shape}.log")
+             for tier, shape in s.shapes.items()]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
 
 
 def _loo_mape(c: Curve) -> float:
@@ -367,18 +376,13 @@ def main() -> None:
     if done.exists():
         print(f"{done} exists: phase {args.phase} already done")
         return
-    procs = start_workers(s)
-    try:
+    with workers_running(s):
         if args.phase == "calibrate":
             ints = [[int(x) for x in v.split(",")] for v in
                     (args.prompts, args.completions, args.concurrency)]
             phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
             phase_replay(s, args.n, args.workload, concurrencies, args.split)
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=30)
     print(json.dumps(json.loads(done.read_text()), indent=1)[:3000])
 
 

@@ -56,7 +56,7 @@ from bench.gpu_common import (
     project_commit,
     write_json,
 )
-from bench.gpu_routing import PORTS, Setup, phase_calibrate, start_workers
+from bench.gpu_routing import PORTS, Setup, phase_calibrate, workers_running
 from router.thinking import budget_share
 
 QUALITY_TARGET = 0.95
@@ -284,17 +284,12 @@ def main() -> None:
     if done.exists():
         print(f"{done} exists: phase {args.phase} already done")
         return
-    procs = start_workers(s)
-    try:
+    with workers_running(s):
         if args.phase == "calibrate":
             ints = [[int(x) for x in v.split(",")] for v in (args.prompts, args.completions)]
             phase_calibrate(s, Sweep(ints[0], ints[1], [1, 8]), "gpu-thinking-curves")
         else:
             write_replay(s, phase_replay(s, {1: args.n1, 8: args.n8}))
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=30)
     print(json.dumps(json.loads(done.read_text()), indent=1)[:3000])
 
 
