@@ -164,6 +164,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                       "nginx, a bare FastAPI pass-through (1 and 2 processes), joulegate and "
                       "LiteLLM side by side on this VM", ""),
     "gateways.png": ("same", "gateways.json as a picture", ""),
+    "gpu-mixed-h100.json": ("JOULEGATE_COMMIT=c611689 bash bench/run_h200_mixed.sh (device "
+                            "tool, an H100)",
+                            "one GPU under mixed load: closed loops of 0-8 clients on the 1B "
+                            "and the 8B at once, short and long prompts, joules per request "
+                            "against the (H200) curves' prediction (nvml)", ""),
+    "gpu-mixed-h100.png": ("same", "gpu-mixed-h100.json as a picture", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
     "gpu-curves.png": ("same", "the H200 curves as a picture", ""),
@@ -348,6 +354,21 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                    "too)",
                                    "the records A/B repeated: forced c=50 2,407 -> 2,502 "
                                    "req/s, every round", ""),
+    "ab-turn-auto-c50.json": ("python -m bench.ab --base c611689 --model auto --rounds 3 "
+                              "--seconds 6 --connections 50 --out "
+                              "bench/results/ab-turn-auto-c50.json",
+                              "routed decisions made together once per turn of the event "
+                              "loop (app/forward/turn.py): auto c=50 1,569 -> 1,810 req/s, "
+                              "p99 155 -> 58 ms, every round", ""),
+    "ab-turn-auto-c8.json": ("python -m bench.ab --base c611689 --model auto --rounds 3 "
+                             "--seconds 6 --connections 8 --out "
+                             "bench/results/ab-turn-auto-c8.json",
+                             "the same at c=8: 1,403 -> 1,468 req/s, every round", ""),
+    "ab-turn-auto-c1.json": ("python -m bench.ab --base c611689 --model auto --rounds 4 "
+                             "--seconds 6 --connections 1 --out "
+                             "bench/results/ab-turn-auto-c1.json",
+                             "the same at c=1 (an idle gateway plans at once): p50 0.91 vs "
+                             "0.945 ms, within this VM's A/B side bias", ""),
     "ab-records-auto-c50.json": ("python -m bench.ab --base 926e137 --model auto --rounds 3 "
                                  "--seconds 6 --connections 50 --out "
                                  "bench/results/ab-records-auto-c50.json",

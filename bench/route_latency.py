@@ -7,6 +7,8 @@
 - the same cold: each decision after a 32 MB memory sweep, which leaves the
   caches and TLB as a loaded gateway's other work leaves them between two
   decisions (compare a loaded gateway's own `joulegate_route_seconds`);
+  and 1, 2, 4 or 8 different prompts decided in a row after each sweep, as
+  a loaded gateway plans the routed requests of one turn of its loop;
 - what the balanced policy chooses on a mixed set of 100 prompts (counts per
   tier x strategy and per category).
 
@@ -65,6 +67,23 @@ def decision_times(router: Router, q: Query, n: int = 5000, cold: bool = False
     return times
 
 
+def in_a_row(router: Router, queries: list[Query], k: int, n: int = 400) -> float:
+    """Median microseconds per decision of `k` different queries decided one
+    after another right after a cache sweep: what a turn of the loaded
+    gateway's event loop pays for the routed requests it plans together
+    (app/forward/turn.py)."""
+    sweep, ones = bytearray(SWEEP_BYTES), b"\x01" * (SWEEP_BYTES // 64)
+    per = []
+    for i in range(n):
+        batch = [queries[(i * k + j) % len(queries)] for j in range(k)]
+        sweep[::64] = ones
+        t0 = time.perf_counter()
+        for q in batch:
+            router.decide(q, explain=False)
+        per.append((time.perf_counter() - t0) / k)
+    return round(1e6 * statistics.median(per), 1)
+
+
 def _ms(times: list[float]) -> dict[str, float]:
     return {"decision_ms_p50": 1000 * statistics.median(times),
             "decision_ms_p99": 1000 * times[int(0.99 * len(times))]}
@@ -85,6 +104,9 @@ def main() -> None:
             "short_question": _ms(decision_times(router, short_q, 400, cold=True)),
             "short_question_warm": _ms(decision_times(router, short_q, 2000))}
     mix = mixed_prompts(100)
+    mixed = [Query(t, estimate_tokens(t)) for _, t in mix]
+    cold["mixed_prompts_in_a_row_us_per_decision"] = {
+        str(k): in_a_row(router, mixed, k) for k in (1, 2, 4, 8)}
     decisions = [router.decide(Query(t, estimate_tokens(t))) for _, t in mix]
     result = {
         "conversation_tokens_estimated": estimate_tokens(text),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Protocol
 
 from app.catalog import Backend, Catalog
@@ -25,6 +26,7 @@ from app.errors import (
 )
 from app.forward.plan import Ask, Forward, Needs
 from app.forward.traffic import Traffic
+from app.forward.turn import Turn
 from app.tenancy.keys import ApiKey
 from app.tenancy.spend import SpendLedger
 from app.upstream.pool import ReplicaPool
@@ -49,6 +51,31 @@ class Planner:
     budget_steer_at: float = 0.8
     # Category -> the worked examples a `fewshot` decision puts before the request.
     examples: Mapping[str, Sequence[Mapping[str, str]]] = field(default_factory=dict)
+    # Routed requests planned in the current turn, per backend: load that the
+    # pool does not count yet (their exchanges have not begun).
+    _in_turn: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _turn: Turn[Forward] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._turn = Turn(after=self._in_turn.clear)
+
+    async def plan_soon(self, ask: Ask) -> Forward:
+        """`plan`. Under load, a routed request's is made with the others that
+        reach the router in this turn of the event loop, one after another
+        while the router's code and data are in the CPU's caches
+        (app.forward.turn); each decision sees those made before it in the
+        turn as running. An idle gateway's request is planned at once: there
+        is nothing to plan it with, and waiting a turn costs its latency."""
+        if ask.model not in ("auto", self.catalog.defaults.model) \
+                or (not self._turn.pending and self.pool.load() == 0):
+            return self.plan(ask)
+        return await self._turn.run(partial(self._plan_in_turn, ask))
+
+    def _plan_in_turn(self, ask: Ask) -> Forward:
+        fw = self.plan(ask)
+        backend = fw.decision.backend
+        self._in_turn[backend] = self._in_turn.get(backend, 0) + 1
+        return fw
 
     def plan(self, ask: Ask) -> Forward:
         """The forward for a request. A key near its joule budget is steered
@@ -124,7 +151,10 @@ class Planner:
         down = {b.name for b in backends} - self.pool.accepting()
         start = time.perf_counter()
         try:
-            running = self.traffic.expect(self.pool.outstanding(), arriving)
+            outstanding = self.pool.outstanding()
+            for name, n in self._in_turn.items():
+                outstanding[name] = outstanding.get(name, 0) + n
+            running = self.traffic.expect(outstanding, arriving)
             d = self.router.decide(q.under(running, q.unavailable | down | unfit),
                                    explain=not arriving)
         except Unroutable:

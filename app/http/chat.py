@@ -57,7 +57,7 @@ async def chat(request: Request) -> Response:
                                 req.limit_includes_thinking, message,
                                 shots.get(d.category, ()))
 
-        fw = gw.planner.plan(Ask(
+        fw = await gw.planner.plan_soon(Ask(
             req.model, q, needs, "/v1/chat/completions", body_for, req.stream,
             _wants_usage(req.stream_options), received, key, request.is_disconnected,
             req.thinking_ceiling))
@@ -81,7 +81,7 @@ async def completions(request: Request) -> Response:
             capped(out, req.token_limit, default_cap(d, default_max, thinks=False))
             return out
 
-        fw = gw.planner.plan(Ask(
+        fw = await gw.planner.plan_soon(Ask(
             req.model, q, Needs(tokens=req.token_limit), "/v1/completions", body_for,
             req.stream, _wants_usage(req.stream_options), received, key,
             request.is_disconnected))
