@@ -33,9 +33,12 @@ batch is inefficient (long prompts, whose prefill is compute-bound; four
 clients on that llama.cpp build, where a batch of four took longer per
 step than one of eight) and costs 40% more where it batches well (short
 prompts at eight). The curves (one model at a time, requests in
-lock-step, n = 1 and 8) see neither case, so until the curves are
-measured under mixed, staggered load the default is the pricing that does
-no harm.
+lock-step, n = 1 and 8) see neither case, so the default is the pricing
+that does no harm. Measured under mixed load since (`gpu-mixed-h100.json`,
+docs/routing.md "One GPU under mixed load"): beside a batch of short
+prompts the 1B cost 1.1-1.95x what the curves say (the x2 is about right),
+beside long prompts 0.8-1.2x (no penalty); a penalty that follows the
+prompt is the next pricing, once replays confirm it.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
