@@ -217,11 +217,17 @@ REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
 # batch, no co-location penalty: the default from 34a5aff to 83b3f8e) against
 # `auto` (as shipped: margin, x2) and always-large, in turns. The replays at
 # 83b3f8e ran the other way round (`auto` share, `auto-margin` margin).
+# `--second prompt`: the second gateway prices by the prompt's length instead
+# (router.pricing's `prompt`), as `auto-prompt`.
 PRICINGS: dict[str, dict[str, Any]] = {
     "margin": {"batch_pricing": "margin", "colocation_penalty": 1.0},
-    "share": {"batch_pricing": "share", "colocation_penalty": 0.0}}
-SPLIT_ORDER = ("large", "auto", "split", "auto-share", "split", "auto", "large")
-AUTO = ("auto", "auto-share")
+    "share": {"batch_pricing": "share", "colocation_penalty": 0.0},
+    "prompt": {"batch_pricing": "prompt", "colocation_penalty": 1.0}}
+AUTO = ("auto", "auto-share", "auto-prompt")
+
+
+def split_order(second: str) -> tuple[str, ...]:
+    return ("large", "auto", "split", f"auto-{second}", "split", "auto", "large")
 
 
 def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -239,9 +245,11 @@ def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
     if "split" in runs:
         out |= {"split_savings_vs_large": saving("split", "large"),
                 "split_savings_vs_auto": saving("split", "auto"),
-                "split_quality_ratio_vs_large": quality("split"),
-                "share_savings_vs_large": saving("auto-share", "large"),
-                "share_quality_ratio_vs_large": quality("auto-share")}
+                "split_quality_ratio_vs_large": quality("split")}
+        for second in ("share", "prompt"):
+            if f"auto-{second}" in runs:
+                out |= {f"{second}_savings_vs_large": saving(f"auto-{second}", "large"),
+                        f"{second}_quality_ratio_vs_large": quality(f"auto-{second}")}
     out["quality_ratio_vs_large"] = quality("auto")
     return out
 
@@ -256,7 +264,8 @@ def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = Fal
 
 
 def phase_replay(s: Setup, n: int, workload: str,
-                 concurrencies: tuple[int, ...] = tuple(ORDERS), split: bool = False) -> None:
+                 concurrencies: tuple[int, ...] = tuple(ORDERS), split: bool = False,
+                 second: str = "share") -> None:
     from collections import Counter
 
     from telemetry.devices import DeviceSpec, make_reader
@@ -269,8 +278,8 @@ def phase_replay(s: Setup, n: int, workload: str,
     name = replay_name(workload, concurrencies, split)
     timeouts = {"first_byte_timeout_seconds": 600, "between_chunks_timeout_seconds": 600}
     with run_gateway(catalog, Seams(), **timeouts) as gw, contextlib.ExitStack() as more:
-        gateways = {"auto-share": more.enter_context(run_gateway(
-            catalog_for(s, with_curves=True, routing=PRICINGS["share"]), Seams(), **timeouts))
+        gateways = {f"auto-{second}": more.enter_context(run_gateway(
+            catalog_for(s, with_curves=True, routing=PRICINGS[second]), Seams(), **timeouts))
         } if split else {}
         decisions = [httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": [
             {"role": "user", "content": t}]}, headers={
@@ -287,7 +296,8 @@ def phase_replay(s: Setup, n: int, workload: str,
             # A warm-up turn, not recorded, puts every measured turn after it.
             asyncio.run(_mode(gw, reader, "large", prompts[:WARMUP], max(concurrencies),
                               quality, acts))
-        for conc, order in ((c, SPLIT_ORDER if split else REPLAYABLE[c]) for c in concurrencies):
+        for conc, order in ((c, split_order(second) if split else REPLAYABLE[c])
+                            for c in concurrencies):
             done: dict[str, list[dict[str, Any]]] = {}
             for m in order:
                 done.setdefault(m, []).append(
@@ -364,8 +374,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
     ap.add_argument("--split", action="store_true",
-                    help="turns of large, auto, split (load-blind) and auto-share "
+                    help="turns of large, auto, split (load-blind) and auto-<second> "
                          "instead of the usual modes")
+    ap.add_argument("--second", choices=["share", "prompt"], default="share",
+                    help="--split's second gateway's load pricing")
     args = ap.parse_args()
     s = setup_of(args)
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
@@ -382,7 +394,7 @@ def main() -> None:
                     (args.prompts, args.completions, args.concurrency)]
             phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
-            phase_replay(s, args.n, args.workload, concurrencies, args.split)
+            phase_replay(s, args.n, args.workload, concurrencies, args.split, args.second)
     print(json.dumps(json.loads(done.read_text()), indent=1)[:3000])
 
 

@@ -15,7 +15,10 @@ reads, idle power) split among the n requests that run together. So:
   J(P, C, n+1), as if the requests sent there were what keeps it running;
 - **beside another model** on the same device: two llama.cpp or vLLM
   processes on one GPU time-slice it. Its price is its own batch's price
-  x (1 + colocation penalty), the penalty 1 by default.
+  x (1 + colocation penalty), the penalty 1 by default;
+- `prompt`: by the prompt's length, margin and the full penalty up to
+  SHORT_PROMPT_TOKENS, share and no penalty from LONG_PROMPT_TOKENS,
+  linear between (what the mixed-load grid measured, below).
 
 Neither pricing is right everywhere; measured in turns on an H100 at
 83b3f8e (NVML, random-weight 1B/8B, 100 prompts a turn; docs/routing.md,
@@ -55,9 +58,21 @@ from typing import Literal
 from router.curves import Curve
 from router.record import record
 
-Batching = Literal["margin", "share"]
+Batching = Literal["margin", "share", "prompt"]
 BATCHING: Batching = "margin"
 COLOCATION_PENALTY = 1.0
+# `prompt`: margin with the co-location penalty for a short prompt, share
+# without it for a long one, linear between: the two prompt lengths of
+# gpu-mixed-h100.json, where mixing the models cost 5-37% a request (~150
+# tokens) and saved 17-41% (~1,000 tokens). Not yet replayed on a GPU.
+SHORT_PROMPT_TOKENS = 150.0
+LONG_PROMPT_TOKENS = 1000.0
+
+
+def long_share(prompt_tokens: float) -> float:
+    """0 for a short prompt, 1 for a long one, linear between."""
+    return min(1.0, max(0.0, (prompt_tokens - SHORT_PROMPT_TOKENS)
+                        / (LONG_PROMPT_TOKENS - SHORT_PROMPT_TOKENS)))
 
 
 @dataclass(frozen=True)
@@ -92,22 +107,29 @@ class Pricing:
         self.rank = rank  # backend -> its tier's place, cheapest first
         self.penalty = load.colocation_penalty
         self.share = load.batching == "share"
+        self.by_prompt = load.batching == "prompt"
 
     def price(self, curve: Curve, backend: str, prompt_tokens: float,
               completion_tokens: float, running: Mapping[str, int]) -> Price:
         site = self.sites.get(backend, Site())
         n = running.get(backend, 0)
         lead = self._lead(backend, n, site, running)
+        # how far toward `share` (and away from the penalty) this request is priced
+        w = long_share(prompt_tokens) if self.by_prompt else 1.0 if self.share else 0.0
         if lead is not None:
             joules = curve.joules(prompt_tokens, completion_tokens, n + 1)
-            return Price(joules * (1.0 + self.penalty), f"beside {lead}")
+            penalty = self.penalty * (1.0 - w) if self.by_prompt else self.penalty
+            return Price(joules * (1.0 + penalty), f"beside {lead}")
         if n >= site.replicas:
             batch = math.ceil(n / site.replicas)
-            if self.share:
-                return Price(curve.joules(prompt_tokens, completion_tokens, n / site.replicas + 1),
-                             f"shares a batch of {batch + 1}")
-            return Price(curve.joules(prompt_tokens, completion_tokens, math.inf),
-                         f"joins a batch of {batch}")
+            share = curve.joules(prompt_tokens, completion_tokens, n / site.replicas + 1) \
+                if w > 0.0 else 0.0
+            margin = curve.joules(prompt_tokens, completion_tokens, math.inf) \
+                if w < 1.0 else 0.0
+            joules = w * share + (1.0 - w) * margin
+            if w >= 0.5:
+                return Price(joules, f"shares a batch of {batch + 1}")
+            return Price(joules, f"joins a batch of {batch}")
         return Price(curve.joules(prompt_tokens, completion_tokens, 1), "alone")
 
     def _lead(self, backend: str, n: int, site: Site, running: Mapping[str, int]

@@ -151,3 +151,30 @@ def test_a_shared_batch_chosen_says_what_waking_the_other_model_was_priced_at() 
     note = _waking_note(cands[1], cands)
     assert cands[1].pricing == "shares a batch of 8" and cands[0].pricing == "beside large-8b"
     assert note.startswith("; cheaper than waking small-1b beside it for small:direct at")
+
+
+BY_PROMPT = LoadPricing("prompt", colocation_penalty=1.0)
+
+
+def test_prompt_pricing_is_margin_for_short_prompts_and_share_for_long_ones() -> None:
+    """The mixed-load grid (gpu-mixed-h100.json): beside a batch of short
+    prompts the 1B cost up to ~2x what the curves say; with long prompts
+    about what they say, and mixing the models saved."""
+    by_prompt, margin = Pricing(SHARED, RANK, BY_PROMPT), Pricing(SHARED, RANK, MARGIN)
+    share = Pricing(SHARED, RANK, LoadPricing("share", colocation_penalty=0.0))
+    busy = {"large-8b": 7}
+    for prompt, like in ((100, margin), (150, margin), (1000, share), (3000, share)):
+        for curve, backend in ((LARGE, "large-8b"), (SMALL, "small-1b")):
+            got, want = (p.price(curve, backend, prompt, 64, busy) for p in (by_prompt, like))
+            assert got.joules == pytest.approx(want.joules) and got.note == want.note
+    # halfway: halfway between the two prices, and half the penalty
+    mid = 575
+    join = by_prompt.price(LARGE, "large-8b", mid, 64, busy).joules
+    assert join == pytest.approx((margin.price(LARGE, "large-8b", mid, 64, busy).joules
+                                  + share.price(LARGE, "large-8b", mid, 64, busy).joules) / 2)
+    beside = by_prompt.price(SMALL, "small-1b", mid, 64, busy)
+    assert beside.note == "beside large-8b"
+    assert beside.joules == pytest.approx(1.5 * SMALL.joules(mid, 64, 1))
+    # alone is alone
+    assert by_prompt.price(SMALL, "small-1b", 3000, 64, {}).joules == \
+        pytest.approx(SMALL.joules(3000, 64, 1))
