@@ -164,6 +164,13 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                       "nginx, a bare FastAPI pass-through (1 and 2 processes), joulegate and "
                       "LiteLLM side by side on this VM", ""),
     "gateways.png": ("same", "gateways.json as a picture", ""),
+    "gpu-routing-long-documents-c8-split-prompt-h100.json": (
+        "JOULEGATE_COMMIT=20658a3 SPLIT=1 SECOND=prompt CONCURRENCY=8 N=50 "
+        "WORKLOADS=\"long-documents chat-traffic\" bash bench/run_h200.sh (device tool, an H100)",
+        "long documents at eight clients: always-large, auto (margin), the load-blind split and "
+        "auto-prompt (the pricing by prompt length) in turns (nvml)", ""),
+    "gpu-routing-chat-traffic-c8-split-prompt-h100.json": (
+        "same", "chat-traffic at eight clients, the same turns (nvml)", ""),
     "gpu-mixed-h100.json": ("JOULEGATE_COMMIT=c611689 bash bench/run_h200_mixed.sh (device "
                             "tool, an H100)",
                             "one GPU under mixed load: closed loops of 0-8 clients on the 1B "

@@ -8,23 +8,23 @@ A(P, C) is the request's own work; B(P, C) is the batch's shared work (weight
 reads, idle power) split among the n requests that run together. So:
 
 - **alone** (the backend idle, nothing else busy on its device): J(P, C, 1);
-- **joins a batch** (every replica of the backend busy; the default,
-  `margin`): its own work only, (n+1) J(n+1) - n J(n) = A(P, C), as if the
-  batch ran anyway;
+- **joins a batch** (every replica of the backend busy; `margin`): its own
+  work only, (n+1) J(n+1) - n J(n) = A(P, C), as if the batch ran anyway;
 - **shares a batch** (`share`): its share of the batch it makes,
   J(P, C, n+1), as if the requests sent there were what keeps it running;
 - **beside another model** on the same device: two llama.cpp or vLLM
   processes on one GPU time-slice it. Its price is its own batch's price
   x (1 + colocation penalty), the penalty 1 by default;
-- `prompt`: by the prompt's length, margin and the full penalty up to
-  SHORT_PROMPT_TOKENS, share and no penalty from LONG_PROMPT_TOKENS,
-  linear between (what the mixed-load grid measured, below).
+- `prompt` (the default): by the prompt's length, margin and the full
+  penalty up to SHORT_PROMPT_TOKENS, share and no penalty from
+  LONG_PROMPT_TOKENS, linear between (what the mixed-load grid measured,
+  below).
 
-Neither pricing is right everywhere; measured in turns on an H100 at
+Neither margin nor share is right everywhere; measured in turns on an H100 at
 83b3f8e (NVML, random-weight 1B/8B, 100 prompts a turn; docs/routing.md,
 "Decisions under overlapping load"), energy saved against always-large:
 
-| load | `margin`, x2 (default) | `share`, no penalty | load-blind split |
+| load | `margin`, x2 | `share`, no penalty | load-blind split |
 |---|---|---|---|
 | chat-traffic, 4 clients | 9% | 33% | 29% |
 | chat-traffic, 8 clients | 8% | **-40%** | **-70%** |
@@ -36,12 +36,15 @@ batch is inefficient (long prompts, whose prefill is compute-bound; four
 clients on that llama.cpp build, where a batch of four took longer per
 step than one of eight) and costs 40% more where it batches well (short
 prompts at eight). The curves (one model at a time, requests in
-lock-step, n = 1 and 8) see neither case, so the default is the pricing
-that does no harm. Measured under mixed load since (`gpu-mixed-h100.json`,
+lock-step, n = 1 and 8) see neither case, so margin was the default: it
+does no harm. Measured under mixed load since (`gpu-mixed-h100.json`,
 docs/routing.md "One GPU under mixed load"): beside a batch of short
 prompts the 1B cost 1.1-1.95x what the curves say (the x2 is about right),
-beside long prompts 0.8-1.2x (no penalty); a penalty that follows the
-prompt is the next pricing, once replays confirm it.
+beside long prompts 0.8-1.2x (no penalty). So `prompt` follows the prompt,
+and replayed at 20658a3 (H100, eight clients, 50 prompts a turn, one turn
+each beside two of `auto` as margin): long documents 54% less than
+always-large (margin 15%, the split 46%), chat-traffic 4.4% less (margin
+3.8%, the split 54% more). It is the default since.
 
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
@@ -59,12 +62,12 @@ from router.curves import Curve
 from router.record import record
 
 Batching = Literal["margin", "share", "prompt"]
-BATCHING: Batching = "margin"
+BATCHING: Batching = "prompt"
 COLOCATION_PENALTY = 1.0
-# `prompt`: margin with the co-location penalty for a short prompt, share
-# without it for a long one, linear between: the two prompt lengths of
-# gpu-mixed-h100.json, where mixing the models cost 5-37% a request (~150
-# tokens) and saved 17-41% (~1,000 tokens). Not yet replayed on a GPU.
+# `prompt` (the default): margin with the co-location penalty for a short
+# prompt, share without it for a long one, linear between: the two prompt
+# lengths of gpu-mixed-h100.json, where mixing the models cost 5-37% a
+# request (~150 tokens) and saved 17-41% (~1,000 tokens).
 SHORT_PROMPT_TOKENS = 150.0
 LONG_PROMPT_TOKENS = 1000.0
 

@@ -97,10 +97,12 @@ def test_share_pricing_charges_a_joining_request_its_share_of_the_batch_it_makes
         pytest.approx(LARGE.joules(100, 64, 1))
 
 
-def test_margin_with_the_x2_penalty_is_the_default() -> None:
+def test_the_default_prices_short_prompts_at_the_margin_with_the_x2_penalty() -> None:
     """The share pricing mixed the models at eight clients and used 40% more
-    than always-large on an H100 (router/pricing.py's table)."""
+    than always-large on an H100 (router/pricing.py's table): the default
+    (`prompt`) prices a short prompt as margin with the x2."""
     pricing = Pricing(SHARED, RANK)
+    assert pricing.by_prompt
     assert pricing.price(LARGE, "large-8b", 100, 64, {"large-8b": 7}).joules == \
         pytest.approx(margin := Pricing(SHARED, RANK, MARGIN).price(
             LARGE, "large-8b", 100, 64, {"large-8b": 7}).joules)
