@@ -212,18 +212,18 @@ ORDERS = {1: ("auto", "large", "small-cot"), 8: ABBA}
 EXTRA_ORDERS = {2: ABBA, 4: ABBA}
 REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
 # --split: is the router's load pricing right? `split` (each prompt to its
-# unloaded action, blind to load) and `auto-share` (a second gateway on the
-# same workers, its router pricing a joining request at its share of the
-# batch, no co-location penalty: the default from 34a5aff to 83b3f8e) against
-# `auto` (as shipped: margin, x2) and always-large, in turns. The replays at
-# 83b3f8e ran the other way round (`auto` share, `auto-margin` margin).
-# `--second prompt`: the second gateway prices by the prompt's length instead
-# (router.pricing's `prompt`), as `auto-prompt`.
+# unloaded action, blind to load) and `auto-<second>` (a second gateway on the
+# same workers with the load pricing `--second` names: `share`, a joining
+# request at its share of the batch and no co-location penalty, the default
+# from 34a5aff to 83b3f8e; `margin`, x2, the default until 445b36e; `prompt`,
+# the default since) against `auto` (as shipped) and always-large, in turns.
+# The replays at 83b3f8e ran `auto` as share beside `auto-margin`; those at
+# 20658a3 `auto` as margin beside `auto-prompt`.
 PRICINGS: dict[str, dict[str, Any]] = {
     "margin": {"batch_pricing": "margin", "colocation_penalty": 1.0},
     "share": {"batch_pricing": "share", "colocation_penalty": 0.0},
     "prompt": {"batch_pricing": "prompt", "colocation_penalty": 1.0}}
-AUTO = ("auto", "auto-share", "auto-prompt")
+AUTO = ("auto", *(f"auto-{p}" for p in PRICINGS))
 
 
 def split_order(second: str) -> tuple[str, ...]:
@@ -246,7 +246,7 @@ def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
         out |= {"split_savings_vs_large": saving("split", "large"),
                 "split_savings_vs_auto": saving("split", "auto"),
                 "split_quality_ratio_vs_large": quality("split")}
-        for second in ("share", "prompt"):
+        for second in PRICINGS:
             if f"auto-{second}" in runs:
                 out |= {f"{second}_savings_vs_large": saving(f"auto-{second}", "large"),
                         f"{second}_quality_ratio_vs_large": quality(f"auto-{second}")}
@@ -376,7 +376,7 @@ def main() -> None:
     ap.add_argument("--split", action="store_true",
                     help="turns of large, auto, split (load-blind) and auto-<second> "
                          "instead of the usual modes")
-    ap.add_argument("--second", choices=["share", "prompt"], default="share",
+    ap.add_argument("--second", choices=list(PRICINGS), default="share",
                     help="--split's second gateway's load pricing")
     args = ap.parse_args()
     s = setup_of(args)

@@ -58,8 +58,8 @@ part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
 # (-split.json; seven turns: at c=4 ~35 s a turn of 100 prompts; N=100 sets the
 # prompts, the whole 200 need a warm machine's call)
 split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrency//,/-c}}-split"; }
-# SECOND=prompt (with SPLIT=1): the second gateway prices by the prompt's length
-# (router.pricing's `prompt`) instead of share
+# SECOND=margin or SECOND=prompt (with SPLIT=1): the second gateway's load
+# pricing (router.pricing) instead of share
 [ -n "$split" ] && [ -n "${SECOND:-}" ] && split="--split --second $SECOND"
 need=360; [ "$concurrency" = 8 ] && need=180
 # c=2 and c=4 (estimates from the c=8 turns' ~12 s each: not measured yet):
