@@ -21,6 +21,7 @@ import json
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from app.catalog import load_catalog
@@ -48,18 +49,26 @@ def conversation(tokens: int) -> str:
 SWEEP_BYTES = 32 << 20  # larger than this machine's caches
 
 
+def sweeper() -> Callable[[], None]:
+    """A call that writes every cache line of SWEEP_BYTES: the caches and TLB
+    as a loaded gateway's other work leaves them."""
+    sweep, ones = bytearray(SWEEP_BYTES), b"\x01" * (SWEEP_BYTES // 64)
+
+    def swept() -> None:
+        sweep[::64] = ones
+    return swept
+
+
 def decision_times(router: Router, q: Query, n: int = 5000, cold: bool = False
                    ) -> list[float]:
-    """Decision times, sorted; `cold`: each after every cache line of
-    SWEEP_BYTES was written."""
+    """Decision times, sorted; `cold`: each after a sweep (`sweeper`)."""
     for _ in range(200):
         router.decide(q)
-    sweep, ones = (bytearray(SWEEP_BYTES), b"\x01" * (SWEEP_BYTES // 64)) if cold \
-        else (bytearray(), b"")
+    sweep = sweeper() if cold else None
     times = []
     for _ in range(n):
-        if cold:
-            sweep[::64] = ones
+        if sweep is not None:
+            sweep()
         t0 = time.perf_counter()
         router.decide(q)
         times.append(time.perf_counter() - t0)
@@ -72,11 +81,11 @@ def in_a_row(router: Router, queries: list[Query], k: int, n: int = 400) -> floa
     after another right after a cache sweep: what a turn of the loaded
     gateway's event loop pays for the routed requests it plans together
     (app/forward/turn.py)."""
-    sweep, ones = bytearray(SWEEP_BYTES), b"\x01" * (SWEEP_BYTES // 64)
+    sweep = sweeper()
     per = []
     for i in range(n):
         batch = [queries[(i * k + j) % len(queries)] for j in range(k)]
-        sweep[::64] = ones
+        sweep()
         t0 = time.perf_counter()
         for q in batch:
             router.decide(q, explain=False)
