@@ -4,7 +4,7 @@ the bare pass-through (bench/passthrough.py), in turns in front of the same
 fixed-answer nginx (bench.gateways), wrk at `--connections`.
 
     python -m bench.without [--rounds 3 --seconds 6 --connections 50 --model small]
-        ->  bench/results/without.json
+        [--part NAME ...]  ->  bench/results/without.json
 
 The copies are measurements, not configurations: each is this checkout with
 exact lines of `app/forward/exchange.py` replaced (PARTS; a line that is no
@@ -19,7 +19,10 @@ longer there stops the run, naming the part). What is taken out:
 - `all bookkeeping, records handed to another process`: the same, but each
   request's facts sent as one datagram to a process that only decodes them
   (not counted in the gateway's CPU): what the gateway would still pay if
-  its records were kept elsewhere.
+  its records were kept elsewhere;
+- `routed decision` (only when named, with `--model auto`): the router's
+  decision made once per prompt text (`router/engine.py`), what `auto`
+  would cost if deciding were free.
 
 What is left beside the pass-through is the forward itself: parsing,
 admission, planning, the worker exchange, the answer.
@@ -79,23 +82,46 @@ s.bind(sys.argv[1])
 while True:
     orjson.loads(s.recv(65536))
 """
-PARTS: dict[str, list[tuple[str, str]]] = {
-    "journal": [JOURNAL], "usage row": USAGE, "all bookkeeping": [NO_ROW, AFTER],
-    "all bookkeeping, records handed to another process": [NO_ROW, HAND_AWAY, SINK_HELPER]}
+# The routed decision made once per prompt text, whatever the load (the bench
+# sends one prompt): what `auto` would cost if deciding were free (`--model
+# auto --part "routed decision"`).
+ENGINE = "router/engine.py"
+MEMO = [(ENGINE, "        a = self.assess(q)\n",
+         "        memo = self.__dict__.setdefault(\"_memo\", {})\n"
+         "        if not explain and q.text in memo:\n"
+         "            return memo[q.text]  # type: ignore[no-any-return]\n"
+         "        a = self.assess(q)\n"),
+        (ENGINE, "        return _explained(d, choice, probs, cx) if explain else d\n",
+         "        if not explain:\n"
+         "            memo[q.text] = d\n"
+         "        return _explained(d, choice, probs, cx) if explain else d\n")]
+
+
+def _exchange(*patches: tuple[str, str]) -> list[tuple[str, str, str]]:
+    return [(EXCHANGE, old, new) for old, new in patches]
+
+
+# part -> (file, exact lines, what replaces them)
+PARTS: dict[str, list[tuple[str, str, str]]] = {
+    "journal": _exchange(JOURNAL), "usage row": _exchange(*USAGE),
+    "all bookkeeping": _exchange(NO_ROW, AFTER),
+    "all bookkeeping, records handed to another process": _exchange(NO_ROW, HAND_AWAY,
+                                                                    SINK_HELPER),
+    "routed decision": MEMO}
+DEFAULT_PARTS = [p for p in PARTS if p != "routed decision"]
 
 
 def _copy_without(src: Path, part: str, dest: Path, sink: Path) -> Path:
-    """A copy of the worktree `src` with `part` taken out of the exchange
-    (records handed away go to the datagram socket `sink`)."""
+    """A copy of the worktree `src` with `part` taken out (records handed away
+    go to the datagram socket `sink`)."""
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git"))
-    path = dest / EXCHANGE
-    text = path.read_text()
-    for old, new in PARTS[part]:
+    for name, old, new in PARTS[part]:
+        path = dest / name
+        text = path.read_text()
         if text.count(old) != 1:
-            raise SystemExit(f"{part}: {old.strip()!r} is not in {EXCHANGE} once; "
+            raise SystemExit(f"{part}: {old.strip()!r} is not in {name} once; "
                              "update bench/without.py")
-        text = text.replace(old, new.replace("{sink!r}", repr(str(sink))))
-    path.write_text(text)
+        path.write_text(text.replace(old, new.replace("{sink!r}", repr(str(sink)))))
     return dest
 
 
@@ -113,13 +139,17 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--model", default="small", help="small (a forced tier) or auto")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "without.json")
+    ap.add_argument("--part", action="append", choices=list(PARTS),
+                    help="a part to take out (repeat; default: every part but the "
+                         "routed decision)")
     args = ap.parse_args()
+    parts = args.part or DEFAULT_PARTS
     work = Path(tempfile.mkdtemp(prefix="joulegate-without-"))
     runs: dict[str, list[dict[str, Any]]] = {}
     with worktree_at("HEAD", work / "head") as head:
         sink = work / "records.sock"
         roots = {"as is": head, **{f"without {p}": _copy_without(
-            head, p, work / p.replace(" ", "-").replace(",", ""), sink) for p in PARTS}}
+            head, p, work / p.replace(" ", "-").replace(",", ""), sink) for p in parts}}
         receiver = subprocess.Popen([sys.executable, "-c", SINK, str(sink)])
         upstream = start_nginx(work)
         try:
@@ -150,7 +180,8 @@ def main() -> None:
     result = {"commit": head_commit, "rounds": args.rounds, "seconds": args.seconds,
               "case": f"model {args.model}, non-streamed, wrk -t1 -c{args.connections}, "
                       "one gateway process",
-              "taken_out_of": EXCHANGE, "runs": runs, "summary": summary}
+              "taken_out_of": sorted({f for p in parts for f, _, _ in PARTS[p]}),
+              "runs": runs, "summary": summary}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for name, s in summary.items():
         print(f"{name:60s} {s['req_per_s_median']:8.0f} req/s  {s['vs_pass_through']:.2f}x  "
