@@ -361,6 +361,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                    "too)",
                                    "the records A/B repeated: forced c=50 2,407 -> 2,502 "
                                    "req/s, every round", ""),
+    "without-decision-auto.json": ("python -m bench.without --model auto --part \"routed "
+                                   "decision\" --out bench/results/without-decision-auto.json",
+                                   "auto as is against a copy whose router decides once per "
+                                   "prompt, and the pass-through, at c=50: what the decision "
+                                   "costs under load", ""),
     "ab-turn-auto-c50.json": ("python -m bench.ab --base c611689 --model auto --rounds 3 "
                               "--seconds 6 --connections 50 --out "
                               "bench/results/ab-turn-auto-c50.json",
