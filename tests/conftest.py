@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from app.tenancy.spend import period_end
 
 # A PostgreSQL role allowed to create databases; .ci/run starts Debian's server
 # and sets it. Each test gets a database of its own, dropped after.
@@ -47,3 +50,14 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     finally:
         if server is not None:
             server.stop()
+
+
+@pytest.fixture
+def one_utc_day() -> None:
+    """For a test whose joule arithmetic must fall in one budget day: a test
+    started within a minute of UTC midnight waits for the new day (spent
+    joules rightly start again at zero there, and the test would count them
+    across two days)."""
+    left_s = period_end("day", time.time()) - time.time()
+    if left_s < 60:
+        time.sleep(left_s + 0.5)

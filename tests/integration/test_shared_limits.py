@@ -135,7 +135,8 @@ def _spent(url: str, admin: str, name: str) -> dict[str, Any]:
 
 
 def test_a_burst_overshoots_a_joule_budget_by_one_request_at_most(
-        workers: Workers, tmp_path: Path, redis_url: str, store: tuple[str, KeyStore]) -> None:
+        workers: Workers, tmp_path: Path, redis_url: str, store: tuple[str, KeyStore],
+        one_utc_day: None) -> None:
     """Each request holds its price (x-joulegate-energy-held) while it runs: a
     20-request burst across three gateways is admitted while spent + held <
     budget, so what the admitted requests held exceeds the budget by at most

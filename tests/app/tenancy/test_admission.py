@@ -80,7 +80,8 @@ def test_three_gateways_enforce_one_rpm_and_tpm(redis_url: str) -> None:
     asyncio.run(go())
 
 
-def test_holds_are_shared_and_settled_with_what_requests_cost(redis_url: str) -> None:
+def test_holds_are_shared_and_settled_with_what_requests_cost(redis_url: str,
+                                                              one_utc_day: None) -> None:
     async def go() -> None:
         gws = _gateways(redis_url, 3)
         await _start(gws)
@@ -226,7 +227,8 @@ def test_a_hung_redis_costs_a_request_its_timeout_then_nothing(tmp_path: Path) -
         server.stop()
 
 
-def test_settles_made_while_redis_is_away_are_sent_when_it_answers(tmp_path: Path) -> None:
+def test_settles_made_while_redis_is_away_are_sent_when_it_answers(
+        tmp_path: Path, one_utc_day: None) -> None:
     """A partition Redis survives (SIGSTOP, then SIGCONT): holds settled while
     it did not answer are kept and sent when it answers again, so the key's
     budget is not held for HOLD_TTL_S (15 min) by requests long finished."""
