@@ -171,6 +171,16 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
         "auto-prompt (the pricing by prompt length) in turns (nvml)", ""),
     "gpu-routing-chat-traffic-c8-split-prompt-h100.json": (
         "same", "chat-traffic at eight clients, the same turns (nvml)", ""),
+    "gpu-routing-chat-traffic-c4-split-prompt-h100.json": (
+        "JOULEGATE_COMMIT=506d4cf SPLIT=1 CONCURRENCY=4 N=100 WORKLOADS=chat-traffic bash "
+        "bench/run_h200.sh (device tool, an H100)",
+        "chat-traffic at four clients: always-large, auto (the pricing by prompt length), the "
+        "load-blind split and auto-share in turns, 100 prompts a turn (nvml)", ""),
+    "gpu-routing-long-documents-c4-split-prompt-h100.json": (
+        "JOULEGATE_COMMIT=506d4cf SPLIT=1 SECOND=margin CONCURRENCY=4 N=50 "
+        "WORKLOADS=long-documents bash bench/run_h200.sh (device tool, an H100)",
+        "long documents at four clients: always-large, auto (the pricing by prompt length), "
+        "the load-blind split and auto-margin in turns, 50 prompts a turn (nvml)", ""),
     "gpu-mixed-h100.json": ("JOULEGATE_COMMIT=c611689 bash bench/run_h200_mixed.sh (device "
                             "tool, an H100)",
                             "one GPU under mixed load: closed loops of 0-8 clients on the 1B "
