@@ -19,11 +19,19 @@ own number, so no slot reuses another's cached prompt.
 
 On the device: `bash bench/run_h200_mixed.sh` (setup, then the grid at 6 s
 a point, ~5 min).
+
+`--prompts WORKLOAD` (app/tools/workload.py, e.g. chat-traffic) gives each
+request the workload's next prompt instead of the two fixed lengths, as the
+routing replays send them; `--via-gateway` sends every request through a
+joulegate gateway on the same workers (`model: small` / `large`, the
+replays' catalogue), so a point measured both ways says what the gateway
+itself changes; `--name` names the result file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -31,8 +39,11 @@ from typing import Any
 
 import httpx
 
+from app.factory import Seams
+from app.tools.embedded import run_gateway
+from app.tools.workload import WORKLOADS
 from bench.gpu_common import engine_build, project_commit, write_json
-from bench.gpu_routing import PORTS, Setup, setup_of, setup_parser, workers_running
+from bench.gpu_routing import PORTS, Setup, catalog_for, setup_of, setup_parser, workers_running
 from router.curves import Curve
 
 # (clients on the small model, clients on the large one): each alone at 1-8,
@@ -45,8 +56,8 @@ ANSWER_TOKENS = 64
 WARM_S = 2.0
 
 
-async def _point(ks: int, kl: int, prompt: str, seconds: float, reader: Any
-                 ) -> dict[str, Any]:
+async def _point(ks: int, kl: int, prompts: list[str], seconds: float, reader: Any,
+                 urls: dict[str, str], named: bool = False) -> dict[str, Any]:
     """`ks` + `kl` closed-loop clients for WARM_S + `seconds`, the counter's
     joules over the last `seconds`, and each model's completions in that
     window: every request counts for the share of its time inside it (a
@@ -58,12 +69,16 @@ async def _point(ks: int, kl: int, prompt: str, seconds: float, reader: Any
     stop_at = time.monotonic() + WARM_S + seconds
 
     async def client(http: httpx.AsyncClient, tier: str) -> None:
-        url = f"http://127.0.0.1:{PORTS[tier]}/v1/chat/completions"
+        url = urls[tier]
         misses = 0
         while time.monotonic() < stop_at and misses < 3:  # a worker refusing: stop asking
             t0 = time.monotonic()
-            body = {"messages": [{"role": "user", "content": f"{next(counter)}. {prompt}"}],
-                    "max_tokens": ANSWER_TOKENS, "ignore_eos": True}
+            n = next(counter)
+            body: dict[str, Any] = {
+                "messages": [{"role": "user", "content": f"{n}. {prompts[n % len(prompts)]}"}],
+                "max_tokens": ANSWER_TOKENS, "ignore_eos": True}
+            if named:
+                body["model"] = tier
             try:
                 r = await http.post(url, json=body, timeout=600)
                 r.raise_for_status()
@@ -148,36 +163,50 @@ def plot(path: Path, result: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def run(s: Setup, seconds: float, grid: list[tuple[int, int]]) -> dict[str, Any]:
+def prompt_sets(workload: str) -> dict[str, list[str]]:
+    """The prompts of each shape: the two fixed lengths, or a workload's."""
+    if not workload:
+        return {shape: [SENTENCE * k] for shape, k in PROMPT_SENTENCES.items()}
+    return {workload: [t[:6000] for _, t in WORKLOADS[workload](200)]}
+
+
+def run(s: Setup, seconds: float, grid: list[tuple[int, int]], workload: str = "",
+        gateway: str = "", name: str = "gpu-mixed") -> dict[str, Any]:
+    """The grid for each prompt set, to the workers or through `gateway` (a
+    running joulegate's URL)."""
     from telemetry.devices import DeviceSpec, make_reader
 
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
     curves = {tier: Curve.from_json(json.loads((s.curves_dir / f"{shape}.json").read_text()))
               for tier, shape in s.shapes.items()}
+    urls = {tier: f"{gateway}/v1/chat/completions" if gateway
+            else f"http://127.0.0.1:{PORTS[tier]}/v1/chat/completions" for tier in PORTS}
     points: dict[str, list[dict[str, Any]]] = {}
-    name = s.out / "gpu-mixed.json"
-    for shape, sentences in PROMPT_SENTENCES.items():
-        prompt = SENTENCE * sentences
+    path = s.out / f"{name}.json"
+    for shape, prompts in prompt_sets(workload).items():
         points[shape] = []
         for ks, kl in grid:
-            p = asyncio.run(_point(ks, kl, prompt, seconds, reader))
+            p = asyncio.run(_point(ks, kl, prompts, seconds, reader, urls, bool(gateway)))
             expected = predicted(p, curves)
             p["curves_joules"] = round(expected, 2)
             p["measured_over_curves"] = round(p["joules"] / expected, 3) if expected else None
             points[shape].append(p)
             print(shape, ks, kl, p["joules_per_request"], p["measured_over_curves"], flush=True)
             # each point as it ends: a call cut off by its time limit keeps them
-            write_json(name.with_suffix(".partial.json"), {"points": points})
+            write_json(path.with_suffix(".partial.json"), {"points": points})
     result = {"device": reader.name, "source": reader.source,
               "engine_build": engine_build(s.llama_server), "commit": project_commit(),
               "models": s.shapes, "curves": str(s.curves_dir), "answer_tokens": ANSWER_TOKENS,
               "seconds_per_point": seconds, "warm_up_s": WARM_S,
+              "prompts": workload or "fixed: short ~150 and long ~1,000 tokens",
+              "path": "through a joulegate gateway (forced tiers)" if gateway
+              else "to the workers directly",
               "units": {"joules": "J, device counter delta over the window (gross)",
                         "measured_over_curves": "the window's joules over the curves' "
                                                 "prediction for the same completions"},
               "points": points}
-    write_json(name, result)
-    plot(name.with_suffix(".png"), result)
+    write_json(path, result)
+    plot(path.with_suffix(".png"), result)
     return result
 
 
@@ -185,12 +214,20 @@ def main() -> None:
     ap = setup_parser()
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--grid", default="", help="points as ks:kl,ks:kl (default: GRID)")
+    ap.add_argument("--prompts", default="", choices=["", *WORKLOADS],
+                    help="a workload's prompts instead of the two fixed lengths")
+    ap.add_argument("--via-gateway", action="store_true",
+                    help="through a joulegate gateway on the same workers")
+    ap.add_argument("--name", default="gpu-mixed", help="the result file's name")
     args = ap.parse_args()
     grid = [(int(a), int(b)) for a, b in (p.split(":") for p in args.grid.split(","))] \
         if args.grid else GRID
     s = setup_of(args)
-    with workers_running(s):
-        run(s, args.seconds, grid)
+    with workers_running(s), contextlib.ExitStack() as more:
+        gateway = more.enter_context(run_gateway(
+            catalog_for(s, with_curves=True), Seams(), first_byte_timeout_seconds=600,
+            between_chunks_timeout_seconds=600)).url if args.via_gateway else ""
+        run(s, args.seconds, grid, args.prompts, gateway, args.name)
 
 
 if __name__ == "__main__":

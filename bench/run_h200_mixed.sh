@@ -6,12 +6,15 @@
 # Setup (bench/device_setup.sh, ~3 min on a fresh machine), then the grid:
 # 16 points x 2 prompt lengths at SECONDS (default 6) each, ~5 min; the points
 # done are in gpu-mixed.partial.json if the call is cut off.
+# PROMPTS=chat-traffic (a workload's prompts, as the replays send them),
+# VIA_GATEWAY=1 (through a joulegate gateway), NAME=gpu-loops-... (the file).
 set -euo pipefail
 LIMIT_S=570 SETUP_MODELS="llama-1b llama-8b"
 # shellcheck source=bench/device_prelude.sh
 . bench/device_prelude.sh
 timeout "$(left)" python3 bench/gpu_mixed.py --llama-server /tmp/jg/bin/llama-server \
   --models-dir /tmp/jg/models --out /tmp/jg/res --seconds "${SECONDS_PER_POINT:-6}" \
-  ${GRID:+--grid "$GRID"} | tail -40 || echo "cut off: the points done are in the partial file"
-cp /tmp/jg/res/gpu-mixed* "$OUT_DIR/" 2>/dev/null || true
+  ${GRID:+--grid "$GRID"} ${PROMPTS:+--prompts "$PROMPTS"} ${VIA_GATEWAY:+--via-gateway} \
+  --name "${NAME:-gpu-mixed}" | tail -40 || echo "cut off: the points done are in the partial file"
+cp /tmp/jg/res/"${NAME:-gpu-mixed}"* "$OUT_DIR/" 2>/dev/null || true
 echo "done in $(( $(date +%s) - start )) s; results in $OUT_DIR"
