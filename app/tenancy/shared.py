@@ -188,12 +188,18 @@ class SharedState:
             await self._redis.script_load(script.script)
 
     async def close(self) -> None:
+        """Stop probing and sending, and close the pool's connections; bounded
+        by CHECK_S, so a Redis that hangs cannot hold up a gateway's shutdown."""
         for waiting in (self._probe, self._check):
             if waiting is not None:
                 waiting.cancel()
         for task in list(self._tasks):
             task.cancel()
-        await self._redis.aclose()
+        try:  # the pool is this object's own: close its connections too
+            await asyncio.wait_for(self._redis.aclose(close_connection_pool=True), CHECK_S)
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("shared limits: closing the connections to %s: %s", self._url,
+                        type(exc).__name__)
 
     def _member(self) -> str:
         self._n += 1

@@ -227,6 +227,35 @@ def test_a_hung_redis_costs_a_request_its_timeout_then_nothing(tmp_path: Path) -
         server.stop()
 
 
+def test_closing_beside_a_hung_redis_takes_at_most_its_check(tmp_path: Path) -> None:
+    """A gateway stopping while Redis hangs (SIGSTOP), with a call of its own
+    still waiting for an answer: closing the shared state's connections is
+    bounded (CHECK_S), so Redis cannot hold up a shutdown."""
+    import os
+    import signal
+
+    server = RedisServer(tmp_path)
+    server.start()
+    assert server.proc is not None
+
+    async def go() -> None:
+        state = SharedState(server.url, 0.02)
+        await state.start()
+        assert state.up
+        os.kill(server.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        try:
+            assert await state.admit("k1", 100, None) is None  # unanswered: local
+            t0 = time.perf_counter()
+            await state.close()
+            assert time.perf_counter() - t0 < shared_mod.CHECK_S + 0.5
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        server.stop()
+
+
 def test_settles_made_while_redis_is_away_are_sent_when_it_answers(
         tmp_path: Path, one_utc_day: None) -> None:
     """A partition Redis survives (SIGSTOP, then SIGCONT): holds settled while
