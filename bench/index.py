@@ -187,6 +187,19 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                             "and the 8B at once, short and long prompts, joules per request "
                             "against the (H200) curves' prediction (nvml)", ""),
     "gpu-mixed-h100.png": ("same", "gpu-mixed-h100.json as a picture", ""),
+    "gpu-loops-chat-traffic-direct-h100.json": (
+        "JOULEGATE_COMMIT=56b84df PROMPTS=chat-traffic GRID=\"0:8,0:1,0:2,0:3,0:4,0:6,0:8,4:0,"
+        "8:0\" NAME=gpu-loops-chat-traffic-direct bash bench/run_h200_mixed.sh (device tool, "
+        "an H100)",
+        "closed loops of 1-8 clients on the 8B (and 4, 8 on the 1B) with the replays' "
+        "chat-traffic prompts, to the workers directly: joules and seconds per request (nvml)",
+        ""),
+    "gpu-loops-chat-traffic-direct-h100.png": ("same", "the direct loops as a picture", ""),
+    "gpu-loops-chat-traffic-gateway-h100.json": (
+        "the same call, then VIA_GATEWAY=1 NAME=gpu-loops-chat-traffic-gateway",
+        "the same loops through a joulegate gateway (forced tiers) on the same workers (nvml)",
+        ""),
+    "gpu-loops-chat-traffic-gateway-h100.png": ("same", "the gateway loops as a picture", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
     "gpu-curves.png": ("same", "the H200 curves as a picture", ""),
