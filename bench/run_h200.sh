@@ -17,6 +17,7 @@
 # CONCURRENCY=2 (or 4, or 2,4) moderate overlapping load (-c2.json ...), not in
 # the whole replay. SPLIT=1 (with CONCURRENCY=...): always-large, auto, a
 # load-blind split and auto-share in turns (-cN-split.json).
+# CAL_CONCURRENCY=1,2,4,8 (with PHASES=calibrate): curves with a batch profile.
 # PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
 # even where bench/results/ already holds their file, and writes only the
 # models they need (the 8B only for calibrate and replay).
@@ -47,7 +48,15 @@ run() {
     --models-dir /tmp/jg/models --out /tmp/jg/res --curves-dir /tmp/jg/curves | tail -5
 }
 if [ ! -f /tmp/jg/res/gpu-curves.json ] && [ ! -f /tmp/jg/res/gpu-curves.json.skip ]; then
-  run calibrate
+  # CAL_CONCURRENCY=1,2,4,8: the curves' batch profile too (router/curves.py;
+  # twice the points of the default 1,8)
+  if [ -n "${CAL_CONCURRENCY:-}" ]; then
+    timeout "$(left)" python3 bench/gpu_routing.py --phase calibrate --concurrency "$CAL_CONCURRENCY" \
+      --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
+      --curves-dir /tmp/jg/curves | tail -5
+  else
+    run calibrate
+  fi
   mkdir -p "$OUT_DIR/curves" && cp /tmp/jg/curves/*.json "$OUT_DIR/curves/"
   cp /tmp/jg/res/gpu-curves.* "$OUT_DIR/"
 fi

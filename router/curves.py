@@ -8,11 +8,23 @@ context grows (P C), and batching shares the weight reads among the n
 requests in a step (the /n terms). Non-negative least squares
 (scikit-learn) on measurements taken by `joulegate calibrate`; evaluation
 is plain arithmetic (microseconds).
+
+An engine need not batch as the /n terms say: llama.cpp's F16 8B on an H100
+cost 217 / 180 / 180 J a request at 2 / 3 / 4 clients against 234 J alone
+and ~40 J at eight, up to 3x the form fitted to n = 1 and 8
+(docs/routing.md, "The 8B between one and eight clients"). A sweep of more
+than two concurrencies (`joulegate calibrate --concurrency 1,2,4,8`) fits
+the form to its smallest and largest and keeps a *batch profile*: at each
+concurrency between, the measured over the fitted joules (the median over
+its points), 1 at both ends, linear between; `joules` multiplies by it.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import operator
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -52,11 +64,32 @@ class Curve:
     # and the engine's build (llama.cpp's b9246, vLLM 0.11.0).
     weights: str = "unknown"
     engine_build: str = "unknown"
+    # (n, measured / fitted joules) by concurrency, n ascending; empty: the form
+    batch_profile: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.coef) != len(FEATURES):
             raise ValueError(f"curve {self.backend}: {len(self.coef)} coefficients, "
                              f"{len(FEATURES)} features")
+        ns = [n for n, _ in self.batch_profile]
+        if ns != sorted(set(ns)) or any(f <= 0 or not math.isfinite(f)
+                                        for _, f in self.batch_profile):
+            raise ValueError(f"curve {self.backend}: batch_profile needs distinct "
+                             "concurrencies in ascending order and positive factors")
+
+    def batch_factor(self, concurrency: float) -> float:
+        """The profile's factor at `concurrency` (linear between its points,
+        its first and last beyond them); 1 without one."""
+        profile = self.batch_profile
+        if not profile:
+            return 1.0
+        i = bisect.bisect_left(profile, concurrency, key=operator.itemgetter(0))
+        if i == 0:
+            return profile[0][1]
+        if i == len(profile):
+            return profile[-1][1]
+        (n0, f0), (n1, f1) = profile[i - 1], profile[i]
+        return f0 + (f1 - f0) * (concurrency - n0) / (n1 - n0)
 
     def measured_on_other(self, weights: str | None, build: str | None) -> list[str]:
         """How a backend serving `weights` with engine `build` (None: not
@@ -73,7 +106,22 @@ class Curve:
     def joules(self, prompt: float, completion: float, concurrency: float = 1.0) -> float:
         total: float = sum(map(operator.mul, self.coef, features(prompt, completion,
                                                                   concurrency)))
+        if self.batch_profile:
+            total *= self.batch_factor(concurrency)
         return max(0.0, total)
+
+    def joins(self, prompt: float, completion: float, running: float) -> float:
+        """What one more request adds to a batch of `running`: under the form,
+        its own work A(P, C) (the /n terms are the batch's, paid anyway); with
+        a profile, (n+1) J(n+1) - n J(n), never less than that own work (a
+        request that makes a poor batch a better one is not priced below it)."""
+        own = self.joules(prompt, completion, math.inf)
+        if not self.batch_profile:
+            return own
+        n = max(1.0, running)
+        added = (n + 1) * self.joules(prompt, completion, n + 1) - n * self.joules(
+            prompt, completion, n)
+        return max(own, added)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -85,7 +133,8 @@ class Curve:
         return cls(d["backend"], d["device"], d["engine"], d["model"], d["source"], d["date"],
                    tuple(float(c) for c in d["coef"]), d.get("target", "gross"),
                    d.get("fit", {}), d.get("weights", "unknown"),
-                   d.get("engine_build", "unknown"))
+                   d.get("engine_build", "unknown"),
+                   tuple((float(n), float(f)) for n, f in d.get("batch_profile", ())))
 
 
 
@@ -154,10 +203,41 @@ def leave_one_out(points: list[Point], min_seconds: float) -> dict[str, Any]:
             "r2": 1.0 - float(((y - yp) ** 2).sum()) / ss_tot if ss_tot > 0 else None}
 
 
+def _profile(coef: np.ndarray, points: list[Point], ends: tuple[int, int]
+             ) -> tuple[tuple[float, float], ...]:
+    """Measured over fitted joules at each concurrency between `ends` (the
+    median over its points), 1 at the ends."""
+    by_n: dict[int, list[float]] = {}
+    for p in points:
+        fitted = float(np.array(features(p.prompt_tokens, p.completion_tokens,
+                                         p.concurrency)) @ coef)
+        if ends[0] < p.concurrency < ends[1] and fitted > 0:
+            by_n.setdefault(p.concurrency, []).append(p.joules / fitted)
+    inner = [(float(n), statistics.median(r)) for n, r in sorted(by_n.items())]
+    return ((float(ends[0]), 1.0), *inner, (float(ends[1]), 1.0))
+
+
+def _profile_errors(curve: Curve, points: list[Point]) -> dict[str, Any]:
+    """The inner concurrencies' error by the form alone and with the profile."""
+    form = Curve(**{**curve.__dict__, "batch_profile": ()})
+
+    def mape(c: Curve) -> float:
+        return float(np.mean([abs(c.joules(p.prompt_tokens, p.completion_tokens,
+                                           p.concurrency) - p.joules) / max(p.joules, 1e-9)
+                              for p in points]))
+    return {"n": len(points), "mape_form": mape(form), "mape_with_profile": mape(curve)}
+
+
 def fit_curve(points: list[Point], meta: dict[str, str], holdout_fraction: float = 0.25,
               seed: int = 0, min_seconds: float = 0.5) -> Curve:
     """Fit on a random split, report held-out error (and leave-one-out error),
-    then refit on all points."""
+    then refit on all points. Points at more than two concurrencies: the form
+    is fitted to the smallest and largest, the others make the batch profile."""
+    ns = sorted({p.concurrency for p in points})
+    inner: list[Point] = []
+    if len(ns) > 2:
+        inner = [p for p in points if ns[0] < p.concurrency < ns[-1]]
+        points = [p for p in points if p.concurrency in (ns[0], ns[-1])]
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(points))
     k = round(len(points) * holdout_fraction)
@@ -168,7 +248,11 @@ def fit_curve(points: list[Point], meta: dict[str, str], holdout_fraction: float
            "train": _errors(coef_train, train, min_seconds), "points": len(points),
            "leave_one_out": leave_one_out(points, min_seconds) if len(points) > 8 else None}
     coef = _lstsq(points)
-    return Curve(meta["backend"], meta["device"], meta["engine"], meta["model"],
-                 meta["source"], meta["date"], tuple(float(c) for c in coef),
-                 meta.get("target", "gross"), fit, meta.get("weights", "unknown"),
-                 meta.get("engine_build", "unknown"))
+    curve = Curve(meta["backend"], meta["device"], meta["engine"], meta["model"],
+                  meta["source"], meta["date"], tuple(float(c) for c in coef),
+                  meta.get("target", "gross"), fit, meta.get("weights", "unknown"),
+                  meta.get("engine_build", "unknown"),
+                  _profile(coef, inner, (ns[0], ns[-1])) if inner else ())
+    if inner:
+        fit["batch_profile"] = _profile_errors(curve, inner)
+    return curve

@@ -9,7 +9,9 @@ reads, idle power) split among the n requests that run together. So:
 
 - **alone** (the backend idle, nothing else busy on its device): J(P, C, 1);
 - **joins a batch** (every replica of the backend busy; `margin`): its own
-  work only, (n+1) J(n+1) - n J(n) = A(P, C), as if the batch ran anyway;
+  work only, (n+1) J(n+1) - n J(n) = A(P, C), as if the batch ran anyway
+  (with a batch profile in the curve, router/curves.py, that difference
+  itself, never below A: joining a batch the engine runs poorly costs more);
 - **shares a batch** (`share`): its share of the batch it makes,
   J(P, C, n+1), as if the requests sent there were what keeps it running;
 - **beside another model** on the same device: two llama.cpp or vLLM
@@ -127,7 +129,7 @@ class Pricing:
             batch = math.ceil(n / site.replicas)
             share = curve.joules(prompt_tokens, completion_tokens, n / site.replicas + 1) \
                 if w > 0.0 else 0.0
-            margin = curve.joules(prompt_tokens, completion_tokens, math.inf) \
+            margin = curve.joins(prompt_tokens, completion_tokens, n / site.replicas) \
                 if w < 1.0 else 0.0
             joules = w * share + (1.0 - w) * margin
             if w >= 0.5:

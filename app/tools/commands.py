@@ -28,7 +28,9 @@ def add_tool_commands(sub: Any, catalog_of: CatalogOf) -> None:
     cal.add_argument("--out", default="curves")
     cal.add_argument("--prompts", default="64,256,1024,4096")
     cal.add_argument("--completions", default="16,64,256,1024,2048")
-    cal.add_argument("--concurrency", default="1,8")
+    cal.add_argument("--concurrency", default="1,8",
+                     help="more than two (1,2,4,8): the form is fitted to the smallest and "
+                          "largest, the others make the curve's batch profile")
     cal.add_argument("--repeat", type=int, default=1)
     cal.add_argument("--backend", action="append", help="only this backend (repeatable)")
     cal.set_defaults(func=lambda args: _calibrate(args, catalog_of))
@@ -87,6 +89,12 @@ def _calibrate(args: argparse.Namespace, catalog_of: CatalogOf) -> int:
         print(f"{name}: {c.fit['points']} points; leave-one-out MAPE {loo['mape']:.1%}"
               + (f", {long:.1%} for requests >= 0.5 s" if long is not None else "")
               + f"; R2 {loo.get('r2')} -> {args.out}/{name}.json")
+        if c.batch_profile:
+            err = c.fit["batch_profile"]
+            print(f"{name}: batch profile (measured / form by concurrency) "
+                  + ", ".join(f"n={n:g} x{f:.2f}" for n, f in c.batch_profile)
+                  + f"; inner points' MAPE {err['mape_form']:.1%} by the form, "
+                  f"{err['mape_with_profile']:.1%} with the profile")
         r2 = loo.get("r2")
         if c.fit["points"] < 2 * len(c.coef) or (isinstance(r2, float) and r2 < 0.5):
             print(f"{name}: too few or too alike points for {len(c.coef)} coefficients "

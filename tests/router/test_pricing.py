@@ -180,3 +180,31 @@ def test_prompt_pricing_is_margin_for_short_prompts_and_share_for_long_ones() ->
     # alone is alone
     assert by_prompt.price(SMALL, "small-1b", 3000, 64, {}).joules == \
         pytest.approx(SMALL.joules(3000, 64, 1))
+
+
+def test_a_batch_profile_makes_a_poorly_run_batch_dear_to_join_and_a_good_one_not() -> None:
+    """The 8B's profile as closed loops on an H100 measured it, relative to
+    one request alone (docs/routing.md, "The 8B between one and eight
+    clients"): a batch of four costs 2.6x what the form says, eight what it
+    says. With it, the default pricing sends a short prompt to the 1B beside
+    three running 8B requests (joining them adds ~140 J, the 1B ~2 x 45), and
+    still to the 8B beside seven."""
+    from dataclasses import replace
+
+    profiled = replace(LARGE, batch_profile=(
+        (1.0, 1.0), (2.0, 1.75), (3.0, 2.07), (4.0, 2.6), (6.0, 1.52), (8.0, 1.0)))
+    actions = [ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b", "direct")]
+    quality = QualityTable({"chat": {"small:direct": 0.80, "large:direct": 0.82}})
+
+    def chosen(large: Curve, running: int) -> str:
+        policy = Policy(actions, quality, ExpectedLengths(), {"small-1b": SMALL,
+                        "large-8b": large}, ["small", "large"], 0.05, Caps(64, 192), SHARED)
+        d = policy.choose(policy.candidates({"chat": 1.0}, 100, None, {"large-8b": running}),
+                          "balanced", None)
+        return d.chosen.spec.key
+
+    assert chosen(LARGE, 3) == "large:direct"  # the form: joining costs its own work only
+    assert chosen(profiled, 3) == "small:direct"
+    assert chosen(profiled, 7) == "large:direct"
+    joins = Pricing(SHARED, RANK).price(profiled, "large-8b", 100, 64, {"large-8b": 3})
+    assert joins.note == "joins a batch of 3" and joins.joules > 2 * SMALL.joules(100, 64, 1)
