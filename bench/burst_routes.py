@@ -13,6 +13,12 @@ place of the GPU's. It records decisions only: the energy is the replay's
 the margin, x2 beside another model; `share`: at its share of the batch it
 makes, no penalty (router.pricing; bench.gpu_routing's `auto-share`).
 
+`--profile-from FILE` (a `gpu-loops-*.json` of bench/gpu_mixed.py): the 8B's
+curve with the batch profile those closed loops measured (measured over the
+curves at each count of clients, relative to one client; router/curves.py),
+in a copy of the curves: what the profile would do to the decisions before
+a GPU replay says what it saves (-> burst-routes-<pricing>-profile.json).
+
 Each concurrency gets a fresh gateway (no memory of earlier traffic) and the
 workload's first `n` prompts (chat-traffic unless told), sent by closed-loop clients. For
 each request: its place in arrival order and the tier it went to; the
@@ -33,7 +39,7 @@ import httpx
 
 from app.tools.embedded import run_gateway
 from app.tools.workload import WORKLOADS
-from bench.gpu_common import project_commit
+from bench.gpu_common import profiled_curves, project_commit
 from bench.gpu_routing import PORTS, PRICINGS, QUALITY_TARGET, Setup, catalog_for
 from workers.local import WorkerSpec, llama_server, start_worker, stop
 
@@ -89,10 +95,18 @@ def main() -> None:
     ap.add_argument("--pricing", choices=list(PRICINGS), default="margin",
                     help="how load is priced (router.pricing)")
     ap.add_argument("--workload", choices=list(WORKLOADS), default="chat-traffic")
+    ap.add_argument("--profile-from", type=Path,
+                    help="a gpu-loops-*.json: the 8B's curve with the batch profile it measured")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     prompts = WORKLOADS[args.workload](args.n)
-    setup = Setup("", Path(), Path(), SHAPES, "estimate", ROOT / "curves" / "h200")
+    curves_dir, profile = ROOT / "curves" / "h200", None
+    if args.profile_from:
+        copy = Path(tempfile.mkdtemp(prefix="jg-curves-"))
+        profile = profiled_curves(curves_dir, args.profile_from.resolve(), copy,
+                                  SHAPES["large"])
+        curves_dir = copy
+    setup = Setup("", Path(), Path(), SHAPES, "estimate", curves_dir)
     catalog = catalog_for(setup, with_curves=True,
                           routing=PRICINGS[args.pricing])
     logs = Path(tempfile.mkdtemp(prefix="jg-burst-"))
@@ -113,10 +127,12 @@ def main() -> None:
         stop(workers)
     out = ROOT / "bench" / "results" / (
         f"burst-routes-{args.pricing}"
-        f"{'' if args.workload == 'chat-traffic' else '-' + args.workload}.json")
+        f"{'' if args.workload == 'chat-traffic' else '-' + args.workload}"
+        f"{'-profile' if profile else ''}.json")
     out.write_text(json.dumps({
         "commit": project_commit(), "workload": args.workload, "quality_target": QUALITY_TARGET,
         "catalogue": "the H200 replay's: llama-1b and llama-8b curves (curves/h200), one GPU",
+        **({"batch_profile": profile} if profile else {}),
         "load_pricing": {"batch_pricing": catalog.routing.batch_pricing,
                          "colocation_penalty": catalog.routing.colocation_penalty},
         "workers": "this machine's CPU llama.cpp workers, random-weight tiny models",

@@ -168,3 +168,33 @@ def per_token_figures(per_token: list[float]) -> dict[str, float | None]:
     xs = sorted(per_token)
     return {"s_per_token_p50": statistics.median(xs) if xs else None,
             "s_per_token_p99": xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else None}
+
+
+def loops_profile(path: Path, tier: str = "large") -> tuple[tuple[float, float], ...]:
+    """The batch profile closed loops on `tier` alone measured: at each count
+    of clients, the median measured-over-curves ratio over that at one client."""
+    points = next(iter(json.loads(path.read_text())["points"].values()))
+    other = "small" if tier == "large" else "large"
+    by_k: dict[int, list[float]] = {}
+    for p in points:
+        k = p["clients"][tier]
+        if k and not p["clients"][other] and p["measured_over_curves"]:
+            by_k.setdefault(k, []).append(p["measured_over_curves"])
+    one = statistics.median(by_k[1])
+    return tuple((float(k), statistics.median(r) / one) for k, r in sorted(by_k.items()))
+
+
+def profiled_curves(source: Path, loops: Path, into: Path, large: str) -> dict[str, Any]:
+    """A copy of the curves in `source` in `into`, the `large` shape's with the
+    batch profile closed loops measured (`loops`, a gpu-loops-*.json of
+    bench/gpu_mixed.py)."""
+    into.mkdir(parents=True, exist_ok=True)
+    for f in source.glob("*.json"):
+        (into / f.name).write_text(f.read_text())
+    path = into / f"{large}.json"
+    curve = json.loads(path.read_text())
+    curve["batch_profile"] = [list(pair) for pair in loops_profile(loops)]
+    path.write_text(json.dumps(curve))
+    return {"curve": large, "from": str(loops.relative_to(ROOT)
+                                                 if loops.is_relative_to(ROOT) else loops),
+            "batch_profile": curve["batch_profile"]}

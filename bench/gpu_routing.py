@@ -48,6 +48,7 @@ from bench.gpu_common import (
     merge_runs,
     metered_run,
     plot_modes,
+    profiled_curves,
     project_commit,
     start_llama,
     write_json,
@@ -254,28 +255,43 @@ def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = False) -> str:
+def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = False,
+                profiled: bool = False) -> str:
     """gpu-routing-<workload>.json for the whole replay (c=1 and 8), with a
     suffix for a part of it (e.g. -c1: one request at a time only) and -split
-    for the load-blind comparison."""
+    for the load-blind comparison, -profile where `auto` priced with a batch
+    profile."""
     part = "" if set(concurrencies) == set(ORDERS) and not split else "-" + "-".join(
         f"c{c}" for c in concurrencies)
-    return f"gpu-routing-{workload}{part}{'-split' if split else ''}.json"
+    return (f"gpu-routing-{workload}{part}{'-split' if split else ''}"
+            f"{'-profile' if profiled else ''}.json")
 
 
 def phase_replay(s: Setup, n: int, workload: str,
                  concurrencies: tuple[int, ...] = tuple(ORDERS), split: bool = False,
-                 second: str = "share") -> None:
+                 second: str = "share", profile_from: Path | None = None) -> None:
+    """`profile_from` (a gpu-loops-*.json): `auto`'s 8B curve carries the batch
+    profile those loops measured (router/curves.py); the second gateway's
+    curves stay as they are, so `--split --second prompt` is the A/B of the
+    profile (-> ...-profile.json)."""
+    import tempfile
     from collections import Counter
 
     from telemetry.devices import DeviceSpec, make_reader
 
-    catalog = catalog_for(s, with_curves=True)
+    profile = None
+    first = s
+    if profile_from is not None:
+        copy = Path(tempfile.mkdtemp(prefix="jg-curves-"))
+        profile = profiled_curves(s.curves_dir, profile_from.resolve(), copy,
+                                  s.shapes["large"])
+        first = Setup(s.llama_server, s.models_dir, s.out, s.shapes, s.source, copy)
+    catalog = catalog_for(first, with_curves=True)
     mix = WORKLOADS[workload](n)  # ../shared/data, or JOULEGATE_DATA (the device: .data)
     prompts = [t[:6000] for _, t in mix]
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
     results: dict[str, Any] = {}
-    name = replay_name(workload, concurrencies, split)
+    name = replay_name(workload, concurrencies, split, profile is not None)
     timeouts = {"first_byte_timeout_seconds": 600, "between_chunks_timeout_seconds": 600}
     with run_gateway(catalog, Seams(), **timeouts) as gw, contextlib.ExitStack() as more:
         gateways = {f"auto-{second}": more.enter_context(run_gateway(
@@ -329,6 +345,7 @@ def phase_replay(s: Setup, n: int, workload: str,
                      "auto_routes_by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
                      "trivial_to_small": sum(a.startswith("small") for a in trivial)
                      / len(trivial) if trivial else None},
+        **({"auto_batch_profile": profile} if profile else {}),
         "policy": "balanced", "quality_target": QUALITY_TARGET,
         "quality_source": "the router's per-query expected quality (complexity model, "
                           "levels calibrated to the cited 1B/8B figures) of the action taken",
@@ -378,13 +395,17 @@ def main() -> None:
                          "instead of the usual modes")
     ap.add_argument("--second", choices=list(PRICINGS), default="share",
                     help="--split's second gateway's load pricing")
+    ap.add_argument("--profile-from", type=Path,
+                    help="a gpu-loops-*.json: auto's 8B curve with the batch profile it "
+                         "measured (the second gateway's without)")
     args = ap.parse_args()
     s = setup_of(args)
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
     if args.phase == "replay" and set(concurrencies) - set(REPLAYABLE):
         ap.error(f"--concurrency: a replay runs at {sorted(REPLAYABLE)}")
     done = args.out / ("gpu-curves.json" if args.phase == "calibrate"
-                       else replay_name(args.workload, concurrencies, args.split))
+                       else replay_name(args.workload, concurrencies, args.split,
+                                        args.profile_from is not None))
     if done.exists():
         print(f"{done} exists: phase {args.phase} already done")
         return
@@ -394,7 +415,8 @@ def main() -> None:
                     (args.prompts, args.completions, args.concurrency)]
             phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
-            phase_replay(s, args.n, args.workload, concurrencies, args.split, args.second)
+            phase_replay(s, args.n, args.workload, concurrencies, args.split, args.second,
+                         args.profile_from)
     print(json.dumps(json.loads(done.read_text()), indent=1)[:3000])
 
 

@@ -70,6 +70,9 @@ split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrenc
 # SECOND=margin or SECOND=prompt (with SPLIT=1): the second gateway's load
 # pricing (router.pricing) instead of share
 [ -n "$split" ] && [ -n "${SECOND:-}" ] && split="--split --second $SECOND"
+# PROFILE_FROM=bench/results/gpu-loops-...json: auto's 8B curve with the batch
+# profile those closed loops measured, the second gateway's without (-profile.json)
+[ -n "${PROFILE_FROM:-}" ] && { split="$split --profile-from $PROFILE_FROM"; part="$part-profile"; }
 need=360; [ "$concurrency" = 8 ] && need=180
 # c=2 and c=4 (estimates from the c=8 turns' ~12 s each: not measured yet):
 # ~4-5 min and ~2-3 min a workload; one call each is safer than CONCURRENCY=2,4
