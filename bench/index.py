@@ -374,6 +374,15 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "burst-routes-margin.json": ("python -m bench.burst_routes",
                                  "the same with the margin pricing (the default): from c=2 "
                                  "on, the first 3 arrivals small, then all large", ""),
+    "burst-routes-prompt.json": ("python -m bench.burst_routes --pricing prompt",
+                                 "decisions under bursts with the pricing by prompt length "
+                                 "(the default): small 69% / 17% / 3% / 3% at 1 / 2 / 4 / 8 "
+                                 "clients", ""),
+    "burst-routes-prompt-profile.json": (
+        "python -m bench.burst_routes --pricing prompt --profile-from "
+        "bench/results/gpu-loops-chat-traffic-direct-h100.json",
+        "the same with the 8B's batch profile from the H100 closed loops: small 69% / 65% / "
+        "60% / 4%", ""),
     "ab-records-c50.json": ("python -m bench.ab --base 4eee0f6 --rounds 3 --seconds 6 "
                             "--connections 50 --out bench/results/ab-records-c50.json",
                             "the request's records slotted and unfrozen at run time "
