@@ -79,5 +79,9 @@ def place(free: Sequence[Candidate], curve: Curve | None, max_batch: int) -> Pla
         if alone:
             why += f" (an idle replica: {min(alone):.3g} J)"
     else:
-        why = f"an idle replica, {cost:.3g} J marginal (none running below max_batch)"
+        batches = [(p[0], p[3].running) for p in priced if p[3].running]
+        best = min(batches) if batches else None
+        why = f"an idle replica, {cost:.3g} J marginal " + (
+            f"(joining the batch of {best[1]}: {best[0]:.3g} J)" if best
+            else "(none running below max_batch)")
     return Placement(c.order, cost, f"replica {c.order}: {why}")

@@ -48,6 +48,21 @@ def test_a_burst_packs_up_to_max_batch_then_wakes_the_next() -> None:
     assert place([Candidate(0, 1, 1), Candidate(1, 0, 1)], None, 4).order == 1
 
 
+def test_a_batch_profile_spreads_where_the_engine_batches_poorly() -> None:
+    """An engine whose batches of 2-4 cost up to 3x the form (the 8B on an
+    H100, docs/routing.md): a third request costs more on a replica running
+    two than on an idle one, so it goes to the idle one; without the
+    profile it packs."""
+    from dataclasses import replace
+
+    bumpy = replace(CURVE, batch_profile=((1.0, 1.0), (2.0, 2.0), (4.0, 3.0), (8.0, 1.0)))
+    free = [Candidate(0, 2, 2), Candidate(1, 0, 2)]
+    assert place(free, CURVE, 8).order == 0
+    p = place(free, bumpy, 8)
+    assert p.order == 1 and "an idle replica" in p.reason and "(joining the batch of 2:" in p.reason
+    assert marginal_j(bumpy, free[0]) > marginal_j(bumpy, free[1])
+
+
 def catalog(placement: str = "marginal_joules", power_down: bool = False) -> Catalog:
     return parse_catalog({
         "base_dir": str(ROOT), "tiers": ["small"],
