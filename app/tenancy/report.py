@@ -39,10 +39,11 @@ SUMS = ("requests", "prompt_tokens", "completion_tokens", "energy_net_j", "energ
 def curve_alone_j(curve: Curve, requests: float, prompt: float, completion: float,
                   prompt_x_completion: float) -> float:
     """The curve's joules for requests run alone (n = 1), from sums: the curve
-    is linear in 1, P, C and P C (router/curves.py)."""
+    is linear in 1, P, C and P C (router/curves.py), times its batch
+    profile's factor at one."""
     b = curve.coef
     return (b[0] * requests + (b[1] + b[6]) * prompt / 1e3 + (b[2] + b[4]) * completion / 1e3
-            + (b[3] + b[5]) * prompt_x_completion / 1e6)
+            + (b[3] + b[5]) * prompt_x_completion / 1e6) * curve.batch_factor(1)
 
 
 def build_report(groups: Iterable[Mapping[str, Any]], curves: Mapping[str, Curve],
