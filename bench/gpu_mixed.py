@@ -134,14 +134,33 @@ def predicted(point: dict[str, Any], curves: dict[str, Curve]) -> float:
 
 def plot(path: Path, result: dict[str, Any]) -> None:
     """Joules per request by the clients on each model (a grid per prompt
-    length), each cell with the measured over the curves' figure."""
+    length), each cell with the measured over the curves' figure; below,
+    each model alone: joules per request by its clients, measured and as the
+    curves say."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     shapes = list(result["points"])
-    fig, axes = plt.subplots(1, len(shapes), figsize=(5.5 * len(shapes), 4.6), squeeze=False)
+    fig, axes = plt.subplots(2, len(shapes), figsize=(5.5 * len(shapes), 8.6), squeeze=False)
+    for ax, shape in zip(axes[1], shapes, strict=True):
+        for tier, color in (("small", "tab:orange"), ("large", "tab:blue")):
+            other = "large" if tier == "small" else "small"
+            alone = sorted((p["clients"][tier], p["joules_per_request"],
+                            p["curves_joules"] / p[tier]["completed"])
+                           for p in result["points"][shape]
+                           if p["clients"][tier] and not p["clients"][other]
+                           and p["joules_per_request"] and p[tier]["completed"])
+            if alone:
+                ks, measured, curves = zip(*alone, strict=True)
+                ax.plot(ks, measured, "o-", color=color, label=f"{tier}: measured")
+                ax.plot(ks, curves, "x--", color=color, label=f"{tier}: the curves")
+        ax.set_xlabel("clients on one model alone")
+        ax.set_ylabel(f"J per request ({result['source']})")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        ax.set_title(f"{shape} prompts: each model alone", fontsize=9)
     for ax, shape in zip(axes[0], shapes, strict=True):
         grid = [[float("nan")] * 9 for _ in range(9)]
         for p in result["points"][shape]:
