@@ -211,7 +211,7 @@ def _profile(coef: np.ndarray, points: list[Point], ends: tuple[int, int]
     for p in points:
         fitted = float(np.array(features(p.prompt_tokens, p.completion_tokens,
                                          p.concurrency)) @ coef)
-        if ends[0] < p.concurrency < ends[1] and fitted > 0:
+        if ends[0] < p.concurrency < ends[1] and fitted > 0 and p.joules > 0:
             by_n.setdefault(p.concurrency, []).append(p.joules / fitted)
     inner = [(float(n), statistics.median(r)) for n, r in sorted(by_n.items())]
     return ((float(ends[0]), 1.0), *inner, (float(ends[1]), 1.0))
