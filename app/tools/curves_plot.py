@@ -16,7 +16,8 @@ def plot_curves(curves: list[Curve], out: Path) -> Path:
     except ImportError as exc:  # plotting is optional at run time
         raise SystemExit("joulegate curves plot needs matplotlib (pip install matplotlib)") \
             from exc
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    profiled = [c for c in curves if c.batch_profile]
+    fig, axes = plt.subplots(1, 3 if profiled else 2, figsize=(18 if profiled else 12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, curve in enumerate(curves):
         color = colors[i % len(colors)]
@@ -24,7 +25,11 @@ def plot_curves(curves: list[Curve], out: Path) -> Path:
         conc = sorted({m["concurrency"] for m in meas}) or [1]
         prompts = sorted({m["prompt_tokens"] for m in meas}) or [256]
         comps = sorted({m["completion_tokens"] for m in meas}) or [256]
-        for n, style in zip(conc[:2], ("-", "--"), strict=False):
+        if curve.batch_profile:  # the profile's factor by concurrency
+            ns = [n for n, _ in curve.batch_profile]
+            axes[2].plot(ns, [f for _, f in curve.batch_profile], "o-", color=color,
+                         label=curve.model)
+        for n, style in zip(sorted({conc[0], conc[-1]}), ("-", "--"), strict=False):
             p_mid = prompts[len(prompts) // 2]
             xs = [c for c in range(max(1, min(comps)), max(comps) + 1, max(1, max(comps) // 60))]
             axes[0].plot(xs, [curve.joules(p_mid, c, n) / c for c in xs], style, color=color,
@@ -47,11 +52,18 @@ def plot_curves(curves: list[Curve], out: Path) -> Path:
                 title=f"vs completion length - {src}")
     axes[1].set(xlabel="prompt tokens", ylabel="joules per output token",
                 title="vs prompt length")
-    for ax in axes:
+    for ax in axes[:2]:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
+    if profiled:
+        axes[2].axhline(1.0, color="grey", lw=0.8)
+        axes[2].set(xlabel="requests running at once (n)",
+                    ylabel="measured / the form's joules",
+                    title="batch profile (calibrated at more than two n)")
+        axes[2].grid(True, alpha=0.3)
+        axes[2].legend(fontsize=7)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -37,3 +37,11 @@ def test_calibrate_with_three_concurrencies_writes_a_batch_profile(workers: Work
     assert curve["fit"]["points"] == 8  # 2 prompts x 2 answers x the two ends
     assert curve["fit"]["batch_profile"]["n"] == 4
     assert len(curve["fit"]["measurements"]) == 12
+    # and `joulegate curves plot` draws it, the profile in a panel of its own
+    png = tmp_path / "curves.png"
+    plotted = subprocess.run(
+        [sys.executable, "-m", "app.cli", "curves", "plot",
+         str(tmp_path / "curves" / "small-llamacpp.json"), "--out", str(png)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert plotted.returncode == 0, plotted.stderr[-2000:]
+    assert png.stat().st_size > 10_000
