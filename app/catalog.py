@@ -290,8 +290,27 @@ def _files_exist(catalog: Catalog, origin: Path) -> None:
     missing = [f"{origin}: {field}: no file {catalog.path(value)} (a relative path is read "
                f"from the models file's folder, {catalog.base_dir})"
                for field, value in named if value and not catalog.path(value).is_file()]
+    missing += [f"{origin}: {field}: {catalog.path(value)}: {why}"
+                for field, value in named[:len(catalog.backends)]
+                if value and catalog.path(value).is_file()
+                and (why := _not_a_curve(catalog.path(value)))]
     if missing:
         raise CatalogError("\n".join(missing))
+
+
+def _not_a_curve(path: Path) -> str | None:
+    """Why `path` is not an operating curve `joulegate calibrate` wrote; None
+    when it is one."""
+    import json
+
+    from router.curves import Curve
+
+    try:
+        Curve.from_json(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        return f"not an operating curve ({type(exc).__name__}: {detail})"
+    return None
 
 
 def _quality_from(source: Path, origin: Path) -> object:

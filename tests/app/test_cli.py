@@ -3,11 +3,13 @@ fix, with exit status 2 (which the supervisor never retries)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +47,29 @@ def test_a_copied_models_file_says_which_file_is_missing(tmp_path: Path) -> None
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "backends.0.curves: no file" in out.stderr
     assert "read from the models file's folder" in out.stderr
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"batch_profile": [[2, 1.0], [1, 2.0]]}, "batch_profile needs distinct concurrencies"),
+    ({"batch_profile": [[1]]}, "ValueError"),
+    ({"coef": None}, "missing 'coef'"),
+    ({"coef": [1.0, 2.0]}, "2 coefficients, 7 features"),
+])
+def test_a_curves_file_that_is_not_a_curve_is_one_line(tmp_path: Path, change: dict[str, Any],
+                                                       said: str) -> None:
+    curve = json.loads((ROOT / "curves/cpu/small-llamacpp.json").read_text())
+    curve.update(change)
+    if change.get("coef", 0) is None:
+        del curve["coef"]
+    (tmp_path / "bad.json").write_text(json.dumps(curve))
+    text = (ROOT / "models.yaml").read_text().replace(
+        "curves: curves/cpu/small-llamacpp.json", f"curves: {tmp_path}/bad.json").replace(
+        "curves: curves/", f"curves: {ROOT}/curves/")
+    (tmp_path / "models.yaml").write_text(text)
+    line = one_line(cli("serve", "--models", str(tmp_path / "models.yaml"),
+                        env={"JOULEGATE_STATE_DIR": str(tmp_path)}))
+    assert f"backends.0.curves: {tmp_path}/bad.json: not an operating curve" in line
+    assert said in line
 
 
 @pytest.mark.skipif(Path("/dev/nvidia0").exists(), reason="this host has a GPU")
