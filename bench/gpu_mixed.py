@@ -22,7 +22,8 @@ a point, ~5 min).
 
 `--prompts WORKLOAD` (app/tools/workload.py, e.g. chat-traffic) gives each
 request the workload's next prompt instead of the two fixed lengths, as the
-routing replays send them; `--via-gateway` sends every request through a
+routing replays send them (`fixed,chat-traffic`: both in turn, one set of
+workers); `--via-gateway` sends every request through a
 joulegate gateway on the same workers (`model: small` / `large`, the
 replays' catalogue), so a point measured both ways says what the gateway
 itself changes; `--name` names the result file.
@@ -158,8 +159,9 @@ def plot(path: Path, result: dict[str, Any]) -> None:
                 ax.plot(ks, curves, "x--", color=color, label=f"{tier}: the curves")
         ax.set_xlabel("clients on one model alone")
         ax.set_ylabel(f"J per request ({result['source']})")
-        ax.set_yscale("log")
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.set_yscale("log")
+            ax.legend(fontsize=8)
         ax.set_title(f"{shape} prompts: each model alone", fontsize=9)
     for ax, shape in zip(axes[0], shapes, strict=True):
         grid = [[float("nan")] * 9 for _ in range(9)]
@@ -182,11 +184,16 @@ def plot(path: Path, result: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def prompt_sets(workload: str) -> dict[str, list[str]]:
-    """The prompts of each shape: the two fixed lengths, or a workload's."""
-    if not workload:
-        return {shape: [SENTENCE * k] for shape, k in PROMPT_SENTENCES.items()}
-    return {workload: [t[:6000] for _, t in WORKLOADS[workload](200)]}
+def prompt_sets(workloads: str) -> dict[str, list[str]]:
+    """The prompts of each shape: for `fixed` (or nothing) the two fixed
+    lengths, for a workload's name its prompts; comma-separated, in turn."""
+    out: dict[str, list[str]] = {}
+    for name in (workloads or "fixed").split(","):
+        if name == "fixed":
+            out.update({shape: [SENTENCE * k] for shape, k in PROMPT_SENTENCES.items()})
+        else:
+            out[name] = [t[:6000] for _, t in WORKLOADS[name](200)]
+    return out
 
 
 def run(s: Setup, seconds: float, grid: list[tuple[int, int]], workload: str = "",
@@ -217,7 +224,8 @@ def run(s: Setup, seconds: float, grid: list[tuple[int, int]], workload: str = "
               "engine_build": engine_build(s.llama_server), "commit": project_commit(),
               "models": s.shapes, "curves": str(s.curves_dir), "answer_tokens": ANSWER_TOKENS,
               "seconds_per_point": seconds, "warm_up_s": WARM_S,
-              "prompts": workload or "fixed: short ~150 and long ~1,000 tokens",
+              "prompts": workload or "fixed",
+              "fixed_prompts": "short ~150 and long ~1,000 tokens, numbered",
               "path": "through a joulegate gateway (forced tiers)" if gateway
               else "to the workers directly",
               "units": {"joules": "J, device counter delta over the window (gross)",
@@ -233,12 +241,16 @@ def main() -> None:
     ap = setup_parser()
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--grid", default="", help="points as ks:kl,ks:kl (default: GRID)")
-    ap.add_argument("--prompts", default="", choices=["", *WORKLOADS],
-                    help="a workload's prompts instead of the two fixed lengths")
+    ap.add_argument("--prompts", default="",
+                    help="comma-separated: `fixed` (the two fixed lengths, the default) "
+                         f"and workloads' prompts ({', '.join(WORKLOADS)}), in turn")
     ap.add_argument("--via-gateway", action="store_true",
                     help="through a joulegate gateway on the same workers")
     ap.add_argument("--name", default="gpu-mixed", help="the result file's name")
     args = ap.parse_args()
+    unknown = set(args.prompts.split(",")) - {"", "fixed", *WORKLOADS} if args.prompts else set()
+    if unknown:
+        ap.error(f"--prompts: unknown {sorted(unknown)}")
     grid = [(int(a), int(b)) for a, b in (p.split(":") for p in args.grid.split(","))] \
         if args.grid else GRID
     s = setup_of(args)

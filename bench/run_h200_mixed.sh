@@ -6,7 +6,8 @@
 # Setup (bench/device_setup.sh, ~3 min on a fresh machine), then the grid:
 # 16 points x 2 prompt lengths at SECONDS (default 6) each, ~5 min; the points
 # done are in gpu-mixed.partial.json if the call is cut off.
-# PROMPTS=chat-traffic (a workload's prompts, as the replays send them),
+# PROMPTS=chat-traffic (a workload's prompts, as the replays send them;
+# PROMPTS=fixed,chat-traffic both in turn on one set of workers),
 # VIA_GATEWAY=1 (through a joulegate gateway), NAME=gpu-loops-... (the file).
 set -euo pipefail
 LIMIT_S=570 SETUP_MODELS="llama-1b llama-8b"
