@@ -398,6 +398,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                    "auto as is against a copy whose router decides once per "
                                    "prompt, and the pass-through, at c=50: what the decision "
                                    "costs under load", ""),
+    "ab-batch-profile-auto-c50.json": (
+        "python -m bench.ab --base 506d4cf --model auto --connections 50 --rounds 3 "
+        "--seconds 6 --out bench/results/ab-batch-profile-auto-c50.json",
+        "this stop's pricing change (Curve.joins in the margin branch) and the rest, on a "
+        "loaded auto gateway: 1,741 -> 1,761 req/s, 0.594 -> 0.587 ms CPU a request "
+        "(medians of 3 in turns): no cost", ""),
     "ab-turn-auto-c50.json": ("python -m bench.ab --base c611689 --model auto --rounds 3 "
                               "--seconds 6 --connections 50 --out "
                               "bench/results/ab-turn-auto-c50.json",
