@@ -378,6 +378,14 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                  "decisions under bursts with the pricing by prompt length "
                                  "(the default): small 69% / 17% / 3% / 3% at 1 / 2 / 4 / 8 "
                                  "clients", ""),
+    "burst-routes-prompt-long-documents.json": (
+        "python -m bench.burst_routes --pricing prompt --workload long-documents",
+        "long documents under bursts, the pricing by prompt length: small 51% / 51% / 38% / "
+        "40% at 1 / 2 / 4 / 8 clients", ""),
+    "burst-routes-prompt-long-documents-profile.json": (
+        "python -m bench.burst_routes --pricing prompt --workload long-documents "
+        "--profile-from bench/results/gpu-loops-chat-traffic-direct-h100.json",
+        "the same with the 8B's batch profile from the H100 loops: 51% / 51% / 51% / 41%", ""),
     "burst-routes-prompt-profile.json": (
         "python -m bench.burst_routes --pricing prompt --profile-from "
         "bench/results/gpu-loops-chat-traffic-direct-h100.json",
