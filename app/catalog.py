@@ -290,10 +290,10 @@ def _files_exist(catalog: Catalog, origin: Path) -> None:
     missing = [f"{origin}: {field}: no file {catalog.path(value)} (a relative path is read "
                f"from the models file's folder, {catalog.base_dir})"
                for field, value in named if value and not catalog.path(value).is_file()]
-    missing += [f"{origin}: {field}: {catalog.path(value)}: {why}"
-                for field, value in named[:len(catalog.backends)]
-                if value and catalog.path(value).is_file()
-                and (why := _not_a_curve(catalog.path(value)))]
+    missing += [f"{origin}: backends.{i}.curves: {catalog.path(b.curves)}: {why}"
+                for i, b in enumerate(catalog.backends)
+                if b.curves and catalog.path(b.curves).is_file()
+                and (why := _not_a_curve(catalog.path(b.curves)))]
     if missing:
         raise CatalogError("\n".join(missing))
 
@@ -301,12 +301,10 @@ def _files_exist(catalog: Catalog, origin: Path) -> None:
 def _not_a_curve(path: Path) -> str | None:
     """Why `path` is not an operating curve `joulegate calibrate` wrote; None
     when it is one."""
-    import json
-
-    from router.curves import Curve
+    from app.artifacts import load_curve  # it reads catalogs: imported here, not above
 
     try:
-        Curve.from_json(json.loads(path.read_text()))
+        load_curve(path)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         detail = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         return f"not an operating curve ({type(exc).__name__}: {detail})"

@@ -102,10 +102,8 @@ def main() -> None:
     prompts = WORKLOADS[args.workload](args.n)
     curves_dir, profile = ROOT / "curves" / "h200", None
     if args.profile_from:
-        copy = Path(tempfile.mkdtemp(prefix="jg-curves-"))
-        profile = profiled_curves(curves_dir, args.profile_from.resolve(), copy,
-                                  SHAPES["large"])
-        curves_dir = copy
+        curves_dir, profile = profiled_curves(curves_dir, args.profile_from.resolve(),
+                                              SHAPES["large"])
     setup = Setup("", Path(), Path(), SHAPES, "estimate", curves_dir)
     catalog = catalog_for(setup, with_curves=True,
                           routing=PRICINGS[args.pricing])

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -184,17 +186,16 @@ def loops_profile(path: Path, tier: str = "large") -> tuple[tuple[float, float],
     return tuple((float(k), statistics.median(r) / one) for k, r in sorted(by_k.items()))
 
 
-def profiled_curves(source: Path, loops: Path, into: Path, large: str) -> dict[str, Any]:
-    """A copy of the curves in `source` in `into`, the `large` shape's with the
-    batch profile closed loops measured (`loops`, a gpu-loops-*.json of
-    bench/gpu_mixed.py)."""
-    into.mkdir(parents=True, exist_ok=True)
-    for f in source.glob("*.json"):
-        (into / f.name).write_text(f.read_text())
+def profiled_curves(source: Path, loops: Path, large: str) -> tuple[Path, dict[str, Any]]:
+    """A copy of the curves in `source` (a new temporary folder), the `large`
+    shape's with the batch profile closed loops measured (`loops`, a
+    gpu-loops-*.json of bench/gpu_mixed.py); and what was put there."""
+    into = Path(tempfile.mkdtemp(prefix="jg-curves-"))
+    shutil.copytree(source, into, dirs_exist_ok=True)
     path = into / f"{large}.json"
     curve = json.loads(path.read_text())
     curve["batch_profile"] = [list(pair) for pair in loops_profile(loops)]
     path.write_text(json.dumps(curve))
-    return {"curve": large, "from": str(loops.relative_to(ROOT)
-                                                 if loops.is_relative_to(ROOT) else loops),
-            "batch_profile": curve["batch_profile"]}
+    return into, {"curve": large, "from": str(loops.relative_to(ROOT)
+                                              if loops.is_relative_to(ROOT) else loops),
+                  "batch_profile": curve["batch_profile"]}

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -274,7 +274,6 @@ def phase_replay(s: Setup, n: int, workload: str,
     profile those loops measured (router/curves.py); the second gateway's
     curves stay as they are, so `--split --second prompt` is the A/B of the
     profile (-> ...-profile.json)."""
-    import tempfile
     from collections import Counter
 
     from telemetry.devices import DeviceSpec, make_reader
@@ -282,10 +281,8 @@ def phase_replay(s: Setup, n: int, workload: str,
     profile = None
     first = s
     if profile_from is not None:
-        copy = Path(tempfile.mkdtemp(prefix="jg-curves-"))
-        profile = profiled_curves(s.curves_dir, profile_from.resolve(), copy,
-                                  s.shapes["large"])
-        first = Setup(s.llama_server, s.models_dir, s.out, s.shapes, s.source, copy)
+        copy, profile = profiled_curves(s.curves_dir, profile_from.resolve(), s.shapes["large"])
+        first = replace(s, curves_dir=copy)
     catalog = catalog_for(first, with_curves=True)
     mix = WORKLOADS[workload](n)  # ../shared/data, or JOULEGATE_DATA (the device: .data)
     prompts = [t[:6000] for _, t in mix]

@@ -43,20 +43,14 @@ for phase in calibrate replay telemetry; do
   done
 done
 [ -d curves/h200 ] && mkdir -p /tmp/jg/curves && cp -n curves/h200/*.json /tmp/jg/curves/ 2>/dev/null || true
-run() {
-  timeout "$(left)" python3 bench/gpu_routing.py --phase "$1" --llama-server /tmp/jg/bin/llama-server \
+run() {  # a phase, and any further arguments for it
+  timeout "$(left)" python3 bench/gpu_routing.py --phase "$@" --llama-server /tmp/jg/bin/llama-server \
     --models-dir /tmp/jg/models --out /tmp/jg/res --curves-dir /tmp/jg/curves | tail -5
 }
 if [ ! -f /tmp/jg/res/gpu-curves.json ] && [ ! -f /tmp/jg/res/gpu-curves.json.skip ]; then
   # CAL_CONCURRENCY=1,2,4,8: the curves' batch profile too (router/curves.py;
   # twice the points of the default 1,8)
-  if [ -n "${CAL_CONCURRENCY:-}" ]; then
-    timeout "$(left)" python3 bench/gpu_routing.py --phase calibrate --concurrency "$CAL_CONCURRENCY" \
-      --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
-      --curves-dir /tmp/jg/curves | tail -5
-  else
-    run calibrate
-  fi
+  run calibrate ${CAL_CONCURRENCY:+--concurrency "$CAL_CONCURRENCY"}
   mkdir -p "$OUT_DIR/curves" && cp /tmp/jg/curves/*.json "$OUT_DIR/curves/"
   cp /tmp/jg/res/gpu-curves.* "$OUT_DIR/"
 fi
