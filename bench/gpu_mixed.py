@@ -186,20 +186,23 @@ def plot(path: Path, result: dict[str, Any]) -> None:
 
 def prompt_sets(workloads: str) -> dict[str, list[str]]:
     """The prompts of each shape: for `fixed` (or nothing) the two fixed
-    lengths, for a workload's name its prompts; comma-separated, in turn."""
+    lengths, for a workload's name its prompts; comma-separated, in turn.
+    ValueError for a name that is neither."""
     out: dict[str, list[str]] = {}
     for name in (workloads or "fixed").split(","):
         if name == "fixed":
             out.update({shape: [SENTENCE * k] for shape, k in PROMPT_SENTENCES.items()})
-        else:
+        elif name in WORKLOADS:
             out[name] = [t[:6000] for _, t in WORKLOADS[name](200)]
+        else:
+            raise ValueError(f"unknown prompts {name!r}: fixed or one of {', '.join(WORKLOADS)}")
     return out
 
 
-def run(s: Setup, seconds: float, grid: list[tuple[int, int]], workload: str = "",
-        gateway: str = "", name: str = "gpu-mixed") -> dict[str, Any]:
-    """The grid for each prompt set, to the workers or through `gateway` (a
-    running joulegate's URL)."""
+def run(s: Setup, seconds: float, grid: list[tuple[int, int]], sets: dict[str, list[str]],
+        workloads: str = "", gateway: str = "", name: str = "gpu-mixed") -> dict[str, Any]:
+    """The grid for each prompt set (`prompt_sets(workloads)`), to the workers
+    or through `gateway` (a running joulegate's URL)."""
     from telemetry.devices import DeviceSpec, make_reader
 
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
@@ -209,7 +212,7 @@ def run(s: Setup, seconds: float, grid: list[tuple[int, int]], workload: str = "
             else f"http://127.0.0.1:{PORTS[tier]}/v1/chat/completions" for tier in PORTS}
     points: dict[str, list[dict[str, Any]]] = {}
     path = s.out / f"{name}.json"
-    for shape, prompts in prompt_sets(workload).items():
+    for shape, prompts in sets.items():
         points[shape] = []
         for ks, kl in grid:
             p = asyncio.run(_point(ks, kl, prompts, seconds, reader, urls, bool(gateway)))
@@ -224,7 +227,7 @@ def run(s: Setup, seconds: float, grid: list[tuple[int, int]], workload: str = "
               "engine_build": engine_build(s.llama_server), "commit": project_commit(),
               "models": s.shapes, "curves": str(s.curves_dir), "answer_tokens": ANSWER_TOKENS,
               "seconds_per_point": seconds, "warm_up_s": WARM_S,
-              "prompts": workload or "fixed",
+              "prompts": workloads or "fixed",
               "fixed_prompts": "short ~150 and long ~1,000 tokens, numbered",
               "path": "through a joulegate gateway (forced tiers)" if gateway
               else "to the workers directly",
@@ -248,9 +251,10 @@ def main() -> None:
                     help="through a joulegate gateway on the same workers")
     ap.add_argument("--name", default="gpu-mixed", help="the result file's name")
     args = ap.parse_args()
-    unknown = set(args.prompts.split(",")) - {"", "fixed", *WORKLOADS} if args.prompts else set()
-    if unknown:
-        ap.error(f"--prompts: unknown {sorted(unknown)}")
+    try:  # before the workers start
+        sets = prompt_sets(args.prompts)
+    except ValueError as exc:
+        ap.error(f"--prompts: {exc}")
     grid = [(int(a), int(b)) for a, b in (p.split(":") for p in args.grid.split(","))] \
         if args.grid else GRID
     s = setup_of(args)
@@ -258,7 +262,7 @@ def main() -> None:
         gateway = more.enter_context(run_gateway(
             catalog_for(s, with_curves=True), Seams(), first_byte_timeout_seconds=600,
             between_chunks_timeout_seconds=600)).url if args.via_gateway else ""
-        run(s, args.seconds, grid, args.prompts, gateway, args.name)
+        run(s, args.seconds, grid, sets, args.prompts, gateway, args.name)
 
 
 if __name__ == "__main__":
