@@ -25,7 +25,7 @@ import bisect
 import math
 import operator
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -219,7 +219,7 @@ def _profile(coef: np.ndarray, points: list[Point], ends: tuple[int, int]
 
 def _profile_errors(curve: Curve, points: list[Point]) -> dict[str, Any]:
     """The inner concurrencies' error by the form alone and with the profile."""
-    form = Curve(**{**curve.__dict__, "batch_profile": ()})
+    form = replace(curve, batch_profile=())
 
     def mape(c: Curve) -> float:
         return float(np.mean([abs(c.joules(p.prompt_tokens, p.completion_tokens,
