@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +149,7 @@ def calibrate(catalog: Catalog, sw: Sweep, out_dir: Path, backends: list[str] | 
                 "weights": weights or b.weights or "unknown",
                 "engine_build": build or "unknown"}
         curve = fit_curve(pts, meta)
-        curve = Curve(**{**curve.__dict__, "fit": {**curve.fit, "measurements": [
-            p.__dict__ for p in pts]}})
+        curve = replace(curve, fit={**curve.fit, "measurements": [asdict(p) for p in pts]})
         save_curve(curve, out_dir / f"{name}.json")
         curves[name] = curve
     return curves
