@@ -11,7 +11,11 @@ reads, idle power) split among the n requests that run together. So:
 - **joins a batch** (every replica of the backend busy; `margin`): its own
   work only, (n+1) J(n+1) - n J(n) = A(P, C), as if the batch ran anyway
   (with a batch profile in the curve, router/curves.py, that difference
-  itself, never below A: joining a batch the engine runs poorly costs more);
+  itself, never below A: joining a batch the engine runs poorly costs more;
+  n is then every request its device has in flight, its neighbours' too:
+  the batch it would run if it took them, not a dip while some run on the
+  small model: priced at the dip, an 8B that is cheap at eight and dear at
+  four sent a fifth of eight clients' requests small, H100, 27e7d8c);
 - **shares a batch** (`share`): its share of the batch it makes,
   J(P, C, n+1), as if the requests sent there were what keeps it running;
 - **beside another model** on the same device: two llama.cpp or vLLM
@@ -129,7 +133,12 @@ class Pricing:
             batch = math.ceil(n / site.replicas)
             share = curve.joules(prompt_tokens, completion_tokens, n / site.replicas + 1) \
                 if w > 0.0 else 0.0
-            margin = curve.joins(prompt_tokens, completion_tokens, n / site.replicas) \
+            # The batch it joins is what its device has in flight (its own and
+            # its neighbours' requests): the batch this backend runs while the
+            # traffic lasts, not a momentary dip (it only matters with a
+            # batch profile; under the form a join costs its own work at any n)
+            on_device = n + sum(running.get(o, 0) for o in site.neighbours)
+            margin = curve.joins(prompt_tokens, completion_tokens, on_device / site.replicas) \
                 if w < 1.0 else 0.0
             joules = w * share + (1.0 - w) * margin
             if w >= 0.5:

@@ -208,3 +208,23 @@ def test_a_batch_profile_makes_a_poorly_run_batch_dear_to_join_and_a_good_one_no
     assert chosen(profiled, 7) == "large:direct"
     joins = Pricing(SHARED, RANK).price(profiled, "large-8b", 100, 64, {"large-8b": 3})
     assert joins.note == "joins a batch of 3" and joins.joules > 2 * SMALL.joules(100, 64, 1)
+
+
+def test_with_a_profile_a_join_is_priced_at_what_the_device_has_in_flight() -> None:
+    """Three 8B requests and four on the 1B beside them: with a profile, the 8B
+    is priced at a batch of seven (cheap to join), not at its three (dear): a
+    dip in the 8B's count while some requests run small does not send more
+    small (the c=8 replay with the 8B priced at its own count: +23% on
+    always-large). Without a profile a join costs its own work at any count."""
+    from dataclasses import replace
+
+    profiled = replace(LARGE, batch_profile=(
+        (1.0, 1.0), (2.0, 1.16), (3.0, 1.58), (4.0, 2.03), (6.0, 1.44), (8.0, 0.98)))
+    pricing = Pricing(SHARED, RANK, MARGIN)
+    alone = pricing.price(profiled, "large-8b", 100, 64, {"large-8b": 3})
+    beside = pricing.price(profiled, "large-8b", 100, 64, {"large-8b": 3, "small-1b": 4})
+    assert alone.note == beside.note == "joins a batch of 3"
+    assert beside.joules == pytest.approx(profiled.joins(100, 64, 7))
+    assert beside.joules < alone.joules
+    assert pricing.price(LARGE, "large-8b", 100, 64, {"large-8b": 3, "small-1b": 4}).joules \
+        == pytest.approx(LARGE.joins(100, 64, 3))
