@@ -52,7 +52,7 @@ from router.curves import Curve
 GRID = [(0, 1), (0, 2), (0, 4), (0, 8), (1, 0), (2, 0), (4, 0), (8, 0),
         (1, 7), (2, 6), (4, 4), (6, 2), (7, 1), (1, 3), (2, 2), (3, 1)]
 SENTENCE = "The committee reviewed the quarterly figures and asked for a summary. "
-PROMPT_SENTENCES = {"short": 10, "long": 70}  # ~150 and ~1,000 tokens
+PROMPT_SENTENCES = {"short": 10, "long": 70}  # ~150 and ~1,000 words
 ANSWER_TOKENS = 64
 WARM_S = 2.0
 
@@ -228,7 +228,8 @@ def run(s: Setup, seconds: float, grid: list[tuple[int, int]], sets: dict[str, l
               "models": s.shapes, "curves": str(s.curves_dir), "answer_tokens": ANSWER_TOKENS,
               "seconds_per_point": seconds, "warm_up_s": WARM_S,
               "prompts": workloads or "fixed",
-              "fixed_prompts": "short ~150 and long ~1,000 tokens, numbered",
+              "fixed_prompts": "short ~150 and long ~1,000 words, numbered (tokens as the engine "
+                                "counts them: each point's prompt_tokens)",
               "path": "through a joulegate gateway (forced tiers)" if gateway
               else "to the workers directly",
               "units": {"joules": "J, device counter delta over the window (gross)",

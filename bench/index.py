@@ -200,6 +200,33 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
         "the same loops through a joulegate gateway (forced tiers) on the same workers (nvml)",
         ""),
     "gpu-loops-chat-traffic-gateway-h100.png": ("same", "the gateway loops as a picture", ""),
+    "gpu-loops-prompts-h100.json": (
+        "JOULEGATE_COMMIT=27e7d8c PROMPTS=fixed,chat-traffic GRID=\"0:8,0:1,0:2,0:3,0:4,0:6,"
+        "0:8\" NAME=gpu-loops-prompts bash bench/run_h200_mixed.sh (device tool, an H100)",
+        "closed loops of 1-8 clients on the 8B with the fixed short and long prompts and "
+        "chat-traffic in turn on one set of workers: the bump at 3-4 clients is the host's, "
+        "not the prompts' (nvml)", ""),
+    "gpu-loops-prompts-h100.png": ("same", "the three prompt sets' loops as a picture", ""),
+    "gpu-routing-chat-traffic-c4-split-profile-own-count-h100.json": (
+        "JOULEGATE_COMMIT=27e7d8c PROFILE_FROM=bench/results/gpu-loops-prompts-h100.json "
+        "SPLIT=1 SECOND=prompt CONCURRENCY=4 N=100 WORKLOADS=chat-traffic bash "
+        "bench/run_h200.sh (device tool, an H100)",
+        "chat-traffic at four clients: always-large, auto with the fixed prompt's batch "
+        "profile on the 8B (a join priced at the 8B's own count), the split and auto without "
+        "the profile, in turns (nvml)",
+        "gpu-routing-chat-traffic-c4-split-profile-h100.json"),
+    "gpu-routing-chat-traffic-c8-split-profile-own-count-h100.json": (
+        "the same with CONCURRENCY=8", "the same turns at eight clients: the profile lost 23%",
+        "gpu-routing-chat-traffic-c8-split-profile-h100.json"),
+    "gpu-routing-chat-traffic-c4-split-profile-h100.json": (
+        "JOULEGATE_COMMIT=09ab69c PROFILE_FROM=bench/results/gpu-loops-prompts-h100.json "
+        "SPLIT=1 SECOND=prompt CONCURRENCY=4 N=100 WORKLOADS=chat-traffic bash "
+        "bench/run_h200.sh (device tool, an H100)",
+        "the same A/B with a join priced at what the device has in flight: -27% at four "
+        "clients (nvml)", ""),
+    "gpu-routing-chat-traffic-c8-split-profile-h100.json": (
+        "the same with CONCURRENCY=8", "the same at eight clients: +10.5% on always-large, so "
+        "no shipped curve carries a profile (nvml)", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
     "gpu-curves.png": ("same", "the H200 curves as a picture", ""),
