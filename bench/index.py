@@ -39,6 +39,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                          "the agent on a Unix socket under serve --workers", ""),
     "ab-direct-c50.json": (AB + " --connections 50", "the direct ASGI path for generation", ""),
     "ab-end-after-response-c1.json": (AB, "bookkeeping after the response is written", ""),
+    "ab-mypyc-c50.json": ("python -m bench.ab --base be9b58d --connections 50 --rounds 3 "
+                          "--seconds 6, run from a copy with 31 modules compiled by mypyc",
+                          "the request path compiled by mypyc: not faster (1,163 -> 1,114 "
+                          "req/s), not kept", ""),
     "ab-gc-thresholds-c50.json": (AB + " --connections 50", "gc.freeze and GC thresholds", ""),
     "ab-switch-interval-c1.json": (AB + " --rounds 4", "the GIL switch interval at 0.5 ms: p99 "
                                    "not lower, reverted", ""),
