@@ -40,7 +40,7 @@ import httpx
 from app.tools.embedded import run_gateway
 from app.tools.workload import WORKLOADS
 from bench.gpu_common import profiled_curves, project_commit
-from bench.gpu_routing import PORTS, PRICINGS, QUALITY_TARGET, Setup, catalog_for
+from bench.gpu_routing import PRICINGS, QUALITY_TARGET, Setup, catalog_for
 from workers.local import WorkerSpec, llama_server, start_worker, stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +110,7 @@ def main() -> None:
     logs = Path(tempfile.mkdtemp(prefix="jg-burst-"))
     # 8,192 tokens a slot, as the GPU replay gives: a long-documents prompt is ~5,000
     # characters (more tokens than characters on these random vocabularies)
-    workers = [start_worker(WorkerSpec(tier, TINY[tier], PORTS[tier], parallel=8, ctx=65536),
+    workers = [start_worker(WorkerSpec(tier, TINY[tier], setup.ports[tier], parallel=8, ctx=65536),
                             llama_server(),
                             logs) for tier in SHAPES]
     results: dict[str, Any] = {}

@@ -44,7 +44,7 @@ from app.factory import Seams
 from app.tools.embedded import run_gateway
 from app.tools.workload import WORKLOADS
 from bench.gpu_common import engine_build, project_commit, write_json
-from bench.gpu_routing import PORTS, Setup, catalog_for, setup_of, setup_parser, workers_running
+from bench.gpu_routing import Setup, catalog_for, setup_of, setup_parser, workers_running
 from router.curves import Curve
 
 # (clients on the small model, clients on the large one): each alone at 1-8,
@@ -209,7 +209,7 @@ def run(s: Setup, seconds: float, grid: list[tuple[int, int]], sets: dict[str, l
     curves = {tier: Curve.from_json(json.loads((s.curves_dir / f"{shape}.json").read_text()))
               for tier, shape in s.shapes.items()}
     urls = {tier: f"{gateway}/v1/chat/completions" if gateway
-            else f"http://127.0.0.1:{PORTS[tier]}/v1/chat/completions" for tier in PORTS}
+            else f"http://127.0.0.1:{port}/v1/chat/completions" for tier, port in s.ports.items()}
     points: dict[str, list[dict[str, Any]]] = {}
     path = s.out / f"{name}.json"
     for shape, prompts in sets.items():

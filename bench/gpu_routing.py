@@ -16,7 +16,12 @@ Two phases, each resumable (a phase whose result file exists is skipped):
 Answers have fixed lengths (random-weight models never stop by themselves):
 `ignore_eos` with max_tokens = the direct cap for direct answers and the CoT
 cap for CoT answers (scaled down from the 200/600-token defaults to fit the
-device-time budget; stated in the results).
+device-time budget; stated in the results). `--answers varied`: each request's
+length drawn once (the same in every mode) from a log-normal of the same
+mean, so that closed-loop clients do not run in lock-step rounds (a batch
+that finishes together, and a burst from nothing in flight each round);
+`auto` then sends each request's length as its max_tokens, which caps a CoT
+answer as it caps a direct one (-> ...-varied.json).
 
     python3 bench/gpu_routing.py --phase calibrate --llama-server BIN --models-dir DIR --out DIR
     python3 bench/gpu_routing.py --phase replay    --llama-server BIN --models-dir DIR --out DIR
@@ -28,8 +33,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +46,7 @@ from app.catalog import Catalog, parse_catalog
 from app.factory import Seams
 from app.forward.rewrite import COT_INSTRUCTION
 from app.tools.calibrate import Sweep, calibrate
-from app.tools.embedded import RunningGateway, run_gateway
+from app.tools.embedded import RunningGateway, free_port, run_gateway
 from app.tools.workload import KIND_SHARE, MIX, TRIVIAL_SHARE, WORKLOADS
 from bench.gpu_common import (
     ROOT,
@@ -58,7 +64,17 @@ from router.curves import Curve
 QUALITY_TARGET = 0.95
 DIRECT_TOKENS = 64
 COT_TOKENS = 192
-PORTS = {"small": 8311, "large": 8312}
+# --answers varied: a request's direct length is DIRECT_TOKENS x a log-normal
+# factor of mean 1 (sigma ANSWER_SIGMA: a median ~0.73 of the mean, a tenth
+# of answers over ~1.8x), within ANSWER_RANGE; its CoT length COT_TOKENS x it.
+ANSWER_SIGMA = 0.8
+ANSWER_RANGE = (8, 5 * DIRECT_TOKENS)
+
+
+def tier_ports() -> dict[str, int]:
+    """A free port for each tier's worker (fixed ones collided with another
+    benchmark or test on the same machine)."""
+    return {"small": free_port(), "large": free_port()}
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,7 @@ class Setup:
     shapes: dict[str, str]  # tier -> model shape
     source: str
     curves_dir: Path
+    ports: dict[str, int] = field(default_factory=tier_ports)  # tier -> its worker's
 
 
 def catalog_for(s: Setup, with_curves: bool, routing: dict[str, Any] | None = None) -> Catalog:
@@ -76,7 +93,7 @@ def catalog_for(s: Setup, with_curves: bool, routing: dict[str, Any] | None = No
     backends = []
     for tier, shape in s.shapes.items():
         b: dict[str, Any] = {"name": shape, "kind": "llamacpp", "tier": tier, "model": shape,
-                             "replicas": [{"url": f"http://127.0.0.1:{PORTS[tier]}",
+                             "replicas": [{"url": f"http://127.0.0.1:{s.ports[tier]}",
                                            "device": "gpu0"}]}
         if with_curves:
             b["curves"] = str(s.curves_dir / f"{shape}.json")
@@ -96,7 +113,7 @@ def catalog_for(s: Setup, with_curves: bool, routing: dict[str, Any] | None = No
 @contextlib.contextmanager
 def workers_running(s: Setup) -> Iterator[None]:
     """Each tier's llama-server for the block's length, stopped however it ends."""
-    procs = [start_llama(s.llama_server, str(s.models_dir / f"{shape}.gguf"), PORTS[tier], 8,
+    procs = [start_llama(s.llama_server, str(s.models_dir / f"{shape}.gguf"), s.ports[tier], 8,
                          8192, s.out / f"llama-{shape}.log")
              for tier, shape in s.shapes.items()]
     try:
@@ -139,28 +156,52 @@ def phase_calibrate(s: Setup, sweep: Sweep, name: str = "gpu-curves") -> None:
     })
 
 
-def _body(mode: str, text: str, unloaded: str = "") -> dict[str, Any]:
+def answer_lengths(n: int, varied: bool, seed: int = 11) -> list[int] | None:
+    """Each request's direct answer length under `--answers varied` (None:
+    the fixed DIRECT_TOKENS): log-normal factors scaled to a mean of 1, drawn
+    once, so every mode sends the same."""
+    if not varied:
+        return None
+    rng = random.Random(seed)
+    factors = [rng.lognormvariate(0.0, ANSWER_SIGMA) for _ in range(n)]
+    mean = sum(factors) / n
+    low, high = ANSWER_RANGE
+    return [min(high, max(low, round(DIRECT_TOKENS * f / mean))) for f in factors]
+
+
+def varied_caps(lengths: list[int] | None) -> dict[str, int]:
+    """The routing caps that let every varied length through (none when fixed)."""
+    if lengths is None:
+        return {}
+    return {"direct_max_tokens": ANSWER_RANGE[1],
+            "cot_max_tokens": ANSWER_RANGE[1] * COT_TOKENS // DIRECT_TOKENS}
+
+
+def _body(mode: str, text: str, unloaded: str = "", answer: int | None = None
+          ) -> dict[str, Any]:
     """The request body of `mode`; `split` sends the action the router takes
     for this prompt with nothing running (`unloaded`, e.g. "small:cot") as a
-    forced tier: routing by quality alone, blind to load."""
+    forced tier: routing by quality alone, blind to load. `answer`: this
+    request's varied direct length (None: the fixed one)."""
     msgs: list[dict[str, str]] = [{"role": "user", "content": text}]
+    direct = answer or DIRECT_TOKENS
     if mode == "split":
         mode = {"small:direct": "small", "small:cot": "small-cot"}.get(unloaded, "large")
     if mode == "small":
-        return {"model": "small", "messages": msgs, "max_tokens": DIRECT_TOKENS,
-                "ignore_eos": True}
-    if mode in AUTO:
-        return {"model": "auto", "messages": msgs, "ignore_eos": True}  # + target header
+        return {"model": "small", "messages": msgs, "max_tokens": direct, "ignore_eos": True}
+    if mode in AUTO:  # + the quality target header
+        return {"model": "auto", "messages": msgs, "ignore_eos": True,
+                **({"max_tokens": answer} if answer else {})}
     if mode == "large":
-        return {"model": "large", "messages": msgs, "max_tokens": DIRECT_TOKENS,
-                "ignore_eos": True}
-    return {"model": "small", "max_tokens": COT_TOKENS, "ignore_eos": True,
+        return {"model": "large", "messages": msgs, "max_tokens": direct, "ignore_eos": True}
+    return {"model": "small", "max_tokens": direct * COT_TOKENS // DIRECT_TOKENS,
+            "ignore_eos": True,
             "messages": [{"role": "system", "content": COT_INSTRUCTION}, *msgs]}
 
 
 async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
-                concurrency: int, quality: list[dict[str, float]], unloaded: list[str]
-                ) -> dict[str, Any]:
+                concurrency: int, quality: list[dict[str, float]], unloaded: list[str],
+                answers: list[int] | None = None) -> dict[str, Any]:
     sem = asyncio.Semaphore(concurrency)
     routes: list[str] = []
     failures: list[str] = []
@@ -175,7 +216,9 @@ async def _mode(gw: RunningGateway, nvml: Any, mode: str, prompts: list[str],
             place, started = started, started + 1
             try:
                 r = await client.post(gw.v1 + "/chat/completions",
-                                      json=_body(mode, text, unloaded[i]), headers=headers,
+                                      json=_body(mode, text, unloaded[i],
+                                                 answers[i] if answers else None),
+                                      headers=headers,
                                       timeout=600)
             except httpx.HTTPError as exc:
                 failures.append(type(exc).__name__)
@@ -256,24 +299,26 @@ def _compared(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 
 def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = False,
-                profiled: bool = False) -> str:
+                profiled: bool = False, varied: bool = False) -> str:
     """gpu-routing-<workload>.json for the whole replay (c=1 and 8), with a
     suffix for a part of it (e.g. -c1: one request at a time only) and -split
     for the load-blind comparison, -profile where `auto` priced with a batch
-    profile."""
+    profile, -varied with varied answer lengths."""
     part = "" if set(concurrencies) == set(ORDERS) and not split else "-" + "-".join(
         f"c{c}" for c in concurrencies)
     return (f"gpu-routing-{workload}{part}{'-split' if split else ''}"
-            f"{'-profile' if profiled else ''}.json")
+            f"{'-profile' if profiled else ''}{'-varied' if varied else ''}.json")
 
 
 def phase_replay(s: Setup, n: int, workload: str,
                  concurrencies: tuple[int, ...] = tuple(ORDERS), split: bool = False,
-                 second: str = "share", profile_from: Path | None = None) -> None:
+                 second: str = "share", profile_from: Path | None = None,
+                 varied: bool = False) -> None:
     """`profile_from` (a gpu-loops-*.json): `auto`'s 8B curve carries the batch
     profile those loops measured (router/curves.py); the second gateway's
     curves stay as they are, so `--split --second prompt` is the A/B of the
-    profile (-> ...-profile.json)."""
+    profile (-> ...-profile.json). `varied`: answer lengths drawn per request
+    (answer_lengths)."""
     from collections import Counter
 
     from telemetry.devices import DeviceSpec, make_reader
@@ -283,20 +328,24 @@ def phase_replay(s: Setup, n: int, workload: str,
     if profile_from is not None:
         copy, profile = profiled_curves(s.curves_dir, profile_from.resolve(), s.shapes["large"])
         first = replace(s, curves_dir=copy)
-    catalog = catalog_for(first, with_curves=True)
     mix = WORKLOADS[workload](n)  # ../shared/data, or JOULEGATE_DATA (the device: .data)
     prompts = [t[:6000] for _, t in mix]
+    answers = answer_lengths(len(prompts), varied)
+    caps = varied_caps(answers)
+    catalog = catalog_for(first, with_curves=True, routing=caps)
     reader = make_reader(DeviceSpec("gpu0", "localhost", s.source, 0, None, 65, 10))
     results: dict[str, Any] = {}
-    name = replay_name(workload, concurrencies, split, profile is not None)
+    name = replay_name(workload, concurrencies, split, profile is not None, varied)
     timeouts = {"first_byte_timeout_seconds": 600, "between_chunks_timeout_seconds": 600}
     with run_gateway(catalog, Seams(), **timeouts) as gw, contextlib.ExitStack() as more:
         gateways = {f"auto-{second}": more.enter_context(run_gateway(
-            catalog_for(s, with_curves=True, routing=PRICINGS[second]), Seams(), **timeouts))
+            catalog_for(s, with_curves=True, routing={**PRICINGS[second], **caps}), Seams(),
+            **timeouts))
         } if split else {}
-        decisions = [httpx.post(gw.v1 + "/route", json={"model": "auto", "messages": [
-            {"role": "user", "content": t}]}, headers={
-                "x-joulegate-quality-target": str(QUALITY_TARGET)}).json() for t in prompts]
+        decisions = [httpx.post(gw.v1 + "/route", json=_body(
+            "auto", t, "", answers[i] if answers else None), headers={
+                "x-joulegate-quality-target": str(QUALITY_TARGET)}).json()
+            for i, t in enumerate(prompts)]
         acts = [f"{d['tier']}:{d['strategy']}" for d in decisions]
         by_kind: dict[str, Counter[str]] = {}
         for (kind, _), act in zip(mix, acts, strict=True):
@@ -308,14 +357,14 @@ def phase_replay(s: Setup, n: int, workload: str,
             # turn used 10-23% more than the same mode's last (H100, 862eb23).
             # A warm-up turn, not recorded, puts every measured turn after it.
             asyncio.run(_mode(gw, reader, "large", prompts[:WARMUP], max(concurrencies),
-                              quality, acts))
+                              quality, acts, answers))
         for conc, order in ((c, split_order(second) if split else REPLAYABLE[c])
                             for c in concurrencies):
             done: dict[str, list[dict[str, Any]]] = {}
             for m in order:
                 done.setdefault(m, []).append(
                     asyncio.run(_mode(gateways.get(m, gw), reader, m, prompts, conc,
-                                      quality, acts)))
+                                      quality, acts, answers)))
                 # each turn as it ends: a call cut off by its time limit keeps them
                 write_json(s.out / name.replace(".json", ".partial.json"), {
                         "commit": project_commit(), "device": reader.name,
@@ -337,7 +386,13 @@ def phase_replay(s: Setup, n: int, workload: str,
                          workload, "easy asks about long texts (app/tools/workload.py)"),
                      "trivial_share_declared": TRIVIAL_SHARE if workload == "chat-traffic"
                      else None,
-                     "answer_tokens": {"direct": DIRECT_TOKENS, "cot": COT_TOKENS},
+                     "answer_tokens": {"direct": DIRECT_TOKENS, "cot": COT_TOKENS}
+                     if answers is None else {
+                         "direct": f"varied: mean {sum(answers) / len(answers):.1f}, "
+                                   f"median {sorted(answers)[len(answers) // 2]}, "
+                                   f"{min(answers)}-{max(answers)} (log-normal, sigma "
+                                   f"{ANSWER_SIGMA}; auto's max_tokens caps CoT too)",
+                         "cot": f"{COT_TOKENS // DIRECT_TOKENS}x the direct length"},
                      "auto_routes": dict(Counter(acts)),
                      "auto_routes_by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
                      "trivial_to_small": sum(a.startswith("small") for a in trivial)
@@ -395,6 +450,8 @@ def main() -> None:
     ap.add_argument("--profile-from", type=Path,
                     help="a gpu-loops-*.json: auto's 8B curve with the batch profile it "
                          "measured (the second gateway's without)")
+    ap.add_argument("--answers", choices=["fixed", "varied"], default="fixed",
+                    help="answer lengths: fixed, or drawn per request (answer_lengths)")
     args = ap.parse_args()
     s = setup_of(args)
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
@@ -402,7 +459,8 @@ def main() -> None:
         ap.error(f"--concurrency: a replay runs at {sorted(REPLAYABLE)}")
     done = args.out / ("gpu-curves.json" if args.phase == "calibrate"
                        else replay_name(args.workload, concurrencies, args.split,
-                                        args.profile_from is not None))
+                                        args.profile_from is not None,
+                                        args.answers == "varied"))
     if done.exists():
         print(f"{done} exists: phase {args.phase} already done")
         return
@@ -413,7 +471,7 @@ def main() -> None:
             phase_calibrate(s, Sweep(ints[0], ints[1], ints[2]))
         else:
             phase_replay(s, args.n, args.workload, concurrencies, args.split, args.second,
-                         args.profile_from)
+                         args.profile_from, args.answers == "varied")
     print(json.dumps(json.loads(done.read_text()), indent=1)[:3000])
 
 

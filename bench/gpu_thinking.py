@@ -56,7 +56,7 @@ from bench.gpu_common import (
     project_commit,
     write_json,
 )
-from bench.gpu_routing import PORTS, Setup, phase_calibrate, workers_running
+from bench.gpu_routing import Setup, phase_calibrate, workers_running
 from router.thinking import budget_share
 
 QUALITY_TARGET = 0.95
@@ -105,7 +105,7 @@ def catalog_for(s: Setup) -> Catalog:
     shipped = yaml.safe_load((ROOT / "models.yaml").read_text())
     backends = [{"name": shape, "kind": "llamacpp", "tier": tier, "model": shape,
                  "reasoning": True, "curves": str(s.curves_dir / f"{shape}.json"),
-                 "replicas": [{"url": f"http://127.0.0.1:{PORTS[tier]}", "device": "gpu0"}]}
+                 "replicas": [{"url": f"http://127.0.0.1:{s.ports[tier]}", "device": "gpu0"}]}
                 for tier, shape in s.shapes.items()]
     return parse_catalog({
         "tiers": list(s.shapes), "devices": [{"name": "gpu0", "source": s.source, "index": 0}],

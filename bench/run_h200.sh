@@ -18,6 +18,7 @@
 # the whole replay. SPLIT=1 (with CONCURRENCY=...): always-large, auto, a
 # load-blind split and auto-share in turns (-cN-split.json).
 # CAL_CONCURRENCY=1,2,4,8 (with PHASES=calibrate): curves with a batch profile.
+# ANSWERS=varied: each request's answer length drawn (same mean; -varied.json).
 # PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
 # even where bench/results/ already holds their file, and writes only the
 # models they need (the 8B only for calibrate and replay).
@@ -67,6 +68,8 @@ split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrenc
 # PROFILE_FROM=bench/results/gpu-loops-...json: auto's 8B curve with the batch
 # profile those closed loops measured, the second gateway's without (-profile.json)
 [ -n "${PROFILE_FROM:-}" ] && { split="$split --profile-from $PROFILE_FROM"; part="$part-profile"; }
+# ANSWERS=varied: answer lengths drawn per request, same mean (-varied.json)
+answers=""; [ "${ANSWERS:-fixed}" = varied ] && { answers="--answers varied"; part="$part-varied"; }
 need=360; [ "$concurrency" = 8 ] && need=180
 # c=2 and c=4 (estimates from the c=8 turns' ~12 s each: not measured yet):
 # ~4-5 min and ~2-3 min a workload; one call each is safer than CONCURRENCY=2,4
@@ -81,7 +84,7 @@ for workload in ${WORKLOADS:-chat-traffic benchmark-mix}; do
   if [ "$(left)" -lt "$need" ]; then echo "replay of $workload needs ~$((need / 60)) min: call again"; exit 0; fi
   # cut off by the time left: its finished turns are in the .partial.json
   timeout "$(left)" python3 bench/gpu_routing.py --phase replay --workload "$workload" \
-    --concurrency "$concurrency" $split --n "${N:-200}" \
+    --concurrency "$concurrency" $split $answers --n "${N:-200}" \
     --llama-server /tmp/jg/bin/llama-server --models-dir /tmp/jg/models --out /tmp/jg/res \
     --curves-dir /tmp/jg/curves | tail -5 || echo "replay of $workload stopped: partial turns kept"
   # (a replay stopped before its first turn ended has no file)

@@ -29,9 +29,22 @@ SHAPES = ("tiny-small", "tiny-large", "tiny-think")
 @pytest.fixture(scope="module")
 def bench_dirs(llama_bin: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("device-benches")
-    dirs = {name: root / name for name in ("models", "curves", "out")}
+    dirs = {name: root / name for name in ("models", "curves", "out", "data")}
     for d in dirs.values():
         d.mkdir()
+    # The workloads draw some prompts from public sets (../shared/data on a
+    # development machine, .data on the device); a few lines of the same form
+    # stand in for them here, where only the scripts' plumbing is tested.
+    for name, key, lines in (
+            ("gsm8k/train.jsonl", "question", [
+                "A shelf holds 4 rows of 12 books. 9 are lent out. How many remain?",
+                "Tom walks 3 km a day for 2 weeks. How far does he walk?"]),
+            ("arena-hard/v0.1-question.jsonl", "prompt", [
+                "Write a python function that merges two sorted lists.",
+                "Explain how a hash map handles collisions, with a short code example."])):
+        path = dirs["data"] / name
+        path.parent.mkdir()
+        path.write_text("".join(json.dumps({key: line}) + "\n" for line in lines))
     for shape in SHAPES:
         (dirs["models"] / f"{shape}.gguf").symlink_to(model_path(shape))
     # the thinking pair: two backends of the one tiny reasoning shape
@@ -42,7 +55,7 @@ def bench_dirs(llama_bin: str, tmp_path_factory: pytest.TempPathFactory) -> dict
 def _run(script: str, dirs: dict[str, Path], llama_bin: str, small: str, large: str,
          *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOULEGATE_")}
-    env["PYTHONPATH"] = str(ROOT)
+    env |= {"PYTHONPATH": str(ROOT), "JOULEGATE_DATA": str(dirs["data"])}
     out = subprocess.run(
         [sys.executable, f"bench/{script}", "--llama-server", llama_bin,
          "--models-dir", str(dirs["models"]), "--out", str(dirs["out"]),
@@ -79,13 +92,15 @@ def test_routing_calibrate_replay_and_the_profiled_split(bench_dirs: dict[str, P
             {k: (m["answered"], m["failed"]) for k, m in modes.items()}
     assert (bench_dirs["out"] / "gpu-routing-chat-traffic.png").stat().st_size > 0
 
-    # run_h200.sh's SPLIT=1 SECOND=prompt PROFILE_FROM=...: auto with a batch
-    # profile on the large curve, the second gateway without
+    # run_h200.sh's SPLIT=1 SECOND=prompt PROFILE_FROM=... ANSWERS=varied: auto
+    # with a batch profile on the large curve, the second gateway without, each
+    # request's answer length drawn
     _run("gpu_routing.py", bench_dirs, llama_bin, *pair, "--phase", "replay", "--n", "8",
          "--concurrency", "4", "--split", "--second", "prompt", "--profile-from",
-         str(ROOT / "bench" / "results" / "gpu-loops-prompts-h100.json"))
-    split = _read(bench_dirs, "gpu-routing-chat-traffic-c4-split-profile.json")
+         str(ROOT / "bench" / "results" / "gpu-loops-prompts-h100.json"), "--answers", "varied")
+    split = _read(bench_dirs, "gpu-routing-chat-traffic-c4-split-profile-varied.json")
     assert split["auto_batch_profile"]["curve"] == "tiny-large"
+    assert split["workload"]["answer_tokens"]["direct"].startswith("varied: mean ")
     assert set(split["by_concurrency"]["c4"]["modes"]) == {"large", "auto", "split",
                                                           "auto-prompt"}
 
@@ -120,3 +135,18 @@ def test_closed_loops_direct_and_through_the_gateway(bench_dirs: dict[str, Path]
             if p["large"]["completed"]]
     assert done and all(p["joules_per_request"] > 0 for p in done)
     assert (bench_dirs["out"] / "loops.png").stat().st_size > 0
+
+
+def test_varied_answer_lengths_keep_the_mean_and_are_the_same_in_every_mode() -> None:
+    from bench.gpu_routing import ANSWER_RANGE, DIRECT_TOKENS, _body, answer_lengths
+
+    lengths = answer_lengths(200, varied=True)
+    assert lengths is not None and lengths == answer_lengths(200, varied=True)
+    assert answer_lengths(200, varied=False) is None
+    assert abs(sum(lengths) / len(lengths) - DIRECT_TOKENS) < 2
+    assert min(lengths) >= ANSWER_RANGE[0] and max(lengths) <= ANSWER_RANGE[1]
+    assert len(set(lengths)) > 50  # they vary
+    assert _body("large", "x", "", 100)["max_tokens"] == 100
+    assert _body("auto", "x", "", 100)["max_tokens"] == 100
+    assert "max_tokens" not in _body("auto", "x")
+    assert _body("small-cot", "x", "", 100)["max_tokens"] == 300
