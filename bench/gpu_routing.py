@@ -21,7 +21,8 @@ length drawn once (the same in every mode) from a log-normal of the same
 mean, so that closed-loop clients do not run in lock-step rounds (a batch
 that finishes together, and a burst from nothing in flight each round);
 `auto` then sends each request's length as its max_tokens, which caps a CoT
-answer as it caps a direct one (-> ...-varied.json).
+answer as it caps a direct one (and the split's CoT answers are capped
+alike; always-small-CoT's are three times the length) (-> ...-varied.json).
 
     python3 bench/gpu_routing.py --phase calibrate --llama-server BIN --models-dir DIR --out DIR
     python3 bench/gpu_routing.py --phase replay    --llama-server BIN --models-dir DIR --out DIR
@@ -185,7 +186,10 @@ def _body(mode: str, text: str, unloaded: str = "", answer: int | None = None
     request's varied direct length (None: the fixed one)."""
     msgs: list[dict[str, str]] = [{"role": "user", "content": text}]
     direct = answer or DIRECT_TOKENS
+    cot = direct * COT_TOKENS // DIRECT_TOKENS
     if mode == "split":
+        if answer:  # as under auto, whose max_tokens caps a CoT answer too
+            cot = answer
         mode = {"small:direct": "small", "small:cot": "small-cot"}.get(unloaded, "large")
     if mode == "small":
         return {"model": "small", "messages": msgs, "max_tokens": direct, "ignore_eos": True}
@@ -194,8 +198,7 @@ def _body(mode: str, text: str, unloaded: str = "", answer: int | None = None
                 **({"max_tokens": answer} if answer else {})}
     if mode == "large":
         return {"model": "large", "messages": msgs, "max_tokens": direct, "ignore_eos": True}
-    return {"model": "small", "max_tokens": direct * COT_TOKENS // DIRECT_TOKENS,
-            "ignore_eos": True,
+    return {"model": "small", "max_tokens": cot, "ignore_eos": True,
             "messages": [{"role": "system", "content": COT_INSTRUCTION}, *msgs]}
 
 

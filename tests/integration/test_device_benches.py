@@ -150,3 +150,6 @@ def test_varied_answer_lengths_keep_the_mean_and_are_the_same_in_every_mode() ->
     assert _body("auto", "x", "", 100)["max_tokens"] == 100
     assert "max_tokens" not in _body("auto", "x")
     assert _body("small-cot", "x", "", 100)["max_tokens"] == 300
+    # the split's CoT answer as auto's: capped by the request's length
+    assert _body("split", "x", "small:cot", 100)["max_tokens"] == 100
+    assert _body("split", "x", "small:cot")["max_tokens"] == 192
