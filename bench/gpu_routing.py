@@ -313,6 +313,18 @@ def replay_name(workload: str, concurrencies: tuple[int, ...], split: bool = Fal
             f"{'-profile' if profiled else ''}{'-varied' if varied else ''}.json")
 
 
+def curves_used(s: Setup) -> dict[str, dict[str, Any]]:
+    """Which curves a gateway priced with: each shape's device, date and batch
+    profile (a replay's result says whether its curves carried one)."""
+    out: dict[str, dict[str, Any]] = {}
+    for shape in sorted(set(s.shapes.values())):
+        f = s.curves_dir / f"{shape}.json"
+        if f.exists():
+            c = json.loads(f.read_text())
+            out[shape] = {k: c.get(k) for k in ("device", "date", "batch_profile")}
+    return out
+
+
 def phase_replay(s: Setup, n: int, workload: str,
                  concurrencies: tuple[int, ...] = tuple(ORDERS), split: bool = False,
                  second: str = "share", profile_from: Path | None = None,
@@ -401,6 +413,7 @@ def phase_replay(s: Setup, n: int, workload: str,
                      "trivial_to_small": sum(a.startswith("small") for a in trivial)
                      / len(trivial) if trivial else None},
         **({"auto_batch_profile": profile} if profile else {}),
+        "auto_curves": curves_used(first), "second_curves": curves_used(s),
         "policy": "balanced", "quality_target": QUALITY_TARGET,
         "quality_source": "the router's per-query expected quality (complexity model, "
                           "levels calibrated to the cited 1B/8B figures) of the action taken",

@@ -231,6 +231,33 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gpu-routing-chat-traffic-c8-split-profile-h100.json": (
         "the same with CONCURRENCY=8", "the same at eight clients: +10.5% on always-large, so "
         "no shipped curve carries a profile (nvml)", ""),
+    "gpu-routing-chat-traffic-c2-split-profile-varied-h100.json": (
+        "JOULEGATE_COMMIT=37d8f4d PROFILE_FROM=bench/results/gpu-loops-prompts-h100.json "
+        "SPLIT=1 SECOND=prompt ANSWERS=varied CONCURRENCY=2 N=80 WORKLOADS=chat-traffic bash "
+        "bench/run_h200.sh (device tool, an H100)",
+        "the profile A/B with answer lengths drawn per request, two clients: auto with the "
+        "profile 3.3% less than always-large, without 2.1%, the load-blind split 46% (nvml)",
+        ""),
+    "gpu-routing-chat-traffic-c4-split-profile-varied-h100.json": (
+        "the same with CONCURRENCY=4 N=100",
+        "four clients, varied answers: auto with the profile 32% less than always-large, "
+        "without 8.7% (nvml)", ""),
+    "gpu-routing-chat-traffic-c8-split-profile-varied-h100.json": (
+        "the same with CONCURRENCY=8 N=100",
+        "eight clients, varied answers: auto with the profile 0.9% more than always-large "
+        "(its two turns 3.5% apart), the split 42.5% more (nvml)", ""),
+    "gpu-curves-profile-h100.json": (
+        "python3 bench/gpu_routing.py --phase calibrate --concurrency 1,2,4,8 --prompts "
+        "64,512,4096 --completions 32,256,1024 at 37d8f4d (device tool, an H100; "
+        "-> curves/h100/)",
+        "this H100's curves with their batch profile: x1.80 (8B) and x1.89 (1B) at four "
+        "clients, x0.99 at two (nvml)", ""),
+    "gpu-curves-profile-h100.png": ("same", "the H100 curves as a picture", ""),
+    "gpu-routing-chat-traffic-c4-split-varied-own-curves-h100.json": (
+        "right after it, on the same machine: JOULEGATE_COMMIT=37d8f4d SPLIT=1 SECOND=prompt "
+        "ANSWERS=varied CONCURRENCY=4 N=60 WORKLOADS=chat-traffic bash bench/run_h200.sh",
+        "auto priced by the curves this H100 just calibrated (curves/h100, with their "
+        "profile) at four clients: 35.7% less than always-large, as the split (nvml)", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
     "gpu-curves.png": ("same", "the H200 curves as a picture", ""),

@@ -100,6 +100,9 @@ def test_routing_calibrate_replay_and_the_profiled_split(bench_dirs: dict[str, P
          str(ROOT / "bench" / "results" / "gpu-loops-prompts-h100.json"), "--answers", "varied")
     split = _read(bench_dirs, "gpu-routing-chat-traffic-c4-split-profile-varied.json")
     assert split["auto_batch_profile"]["curve"] == "tiny-large"
+    # which curves each gateway priced with: the profile on auto's alone
+    assert split["auto_curves"]["tiny-large"]["batch_profile"]
+    assert not split["second_curves"]["tiny-large"]["batch_profile"]
     assert split["workload"]["answer_tokens"]["direct"].startswith("varied: mean ")
     assert set(split["by_concurrency"]["c4"]["modes"]) == {"large", "auto", "split",
                                                           "auto-prompt"}
