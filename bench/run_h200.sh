@@ -19,6 +19,7 @@
 # load-blind split and auto-share in turns (-cN-split.json).
 # CAL_CONCURRENCY=1,2,4,8 (with PHASES=calibrate): curves with a batch profile.
 # ANSWERS=varied: each request's answer length drawn (same mean; -varied.json).
+# CURVES=h100: the routers price with curves/h100/ (default curves/h200/).
 # PHASES="telemetry" (any of calibrate replay telemetry) re-runs just those,
 # even where bench/results/ already holds their file, and writes only the
 # models they need (the 8B only for calibrate and replay).
@@ -43,7 +44,10 @@ for phase in calibrate replay telemetry; do
     [ -f "$g" ] && [ ! -f "/tmp/jg/res/$(basename "$g")" ] && cp "$g" /tmp/jg/res/
   done
 done
-[ -d curves/h200 ] && mkdir -p /tmp/jg/curves && cp -n curves/h200/*.json /tmp/jg/curves/ 2>/dev/null || true
+# CURVES=h100: price with curves/h100/ (one H100's, with a batch profile) instead of
+# curves/h200/ (a warm machine keeps the curves it has; a replay's result names them)
+curves="curves/${CURVES:-h200}"
+[ -d "$curves" ] && mkdir -p /tmp/jg/curves && cp -n "$curves"/*.json /tmp/jg/curves/ 2>/dev/null || true
 run() {  # a phase, and any further arguments for it
   timeout "$(left)" python3 bench/gpu_routing.py --phase "$@" --llama-server /tmp/jg/bin/llama-server \
     --models-dir /tmp/jg/models --out /tmp/jg/res --curves-dir /tmp/jg/curves | tail -5
