@@ -29,7 +29,8 @@ def add_tool_commands(sub: Any, catalog_of: CatalogOf) -> None:
     cal.add_argument("--prompts", default="64,256,1024,4096")
     cal.add_argument("--completions", default="16,64,256,1024,2048")
     cal.add_argument("--concurrency", default="1,2,4,8",
-                     help="the form is fitted to the smallest and largest, those between "
+                     help="(default %(default)s) the form is fitted to the smallest and "
+                          "largest, those between "
                           "make the curve's batch profile (where the engine's batches "
                           "are dearer or cheaper than the form; docs/routing.md); 1,8 "
                           "for the form alone, in half the time")
