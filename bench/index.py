@@ -258,6 +258,15 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
         "ANSWERS=varied CONCURRENCY=4 N=60 WORKLOADS=chat-traffic bash bench/run_h200.sh",
         "auto priced by the curves this H100 just calibrated (curves/h100, with their "
         "profile) at four clients: 35.7% less than always-large, as the split (nvml)", ""),
+    "gpu-routing-chat-traffic-c8-split-varied-own-curves-h100.json": (
+        "JOULEGATE_COMMIT=da526e0 CURVES=h100 SPLIT=1 ANSWERS=varied CONCURRENCY=8 N=100 "
+        "WORKLOADS=chat-traffic bash bench/run_h200.sh (device tool, an H100)",
+        "auto priced by curves/h100 (with their profile) at eight clients: 2.8% less than "
+        "always-large (4 of 200 small); the split 54% more, share 71% more (nvml)", ""),
+    "gpu-routing-chat-traffic-c2-split-varied-own-curves-h100.json": (
+        "right after it, on the same machine: the same with CONCURRENCY=2 N=80",
+        "the same at two clients: auto 4.0% less than always-large (2 of 160 small), the "
+        "split 46.9% and share 46.2% less at 96% of its expected quality (nvml)", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
     "gpu-curves.png": ("same", "the H200 curves as a picture", ""),
