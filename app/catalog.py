@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from router.pricing import BATCHING, COLOCATION_PENALTY, Batching
+from router.pricing import BATCHING, COLOCATION_PENALTY, SHARE_AT_MOST_IN_FLIGHT, Batching
 
 BackendKind = Literal["llamacpp", "vllm"]
 SourceName = Literal["auto", "nvml", "rapl", "estimate"]
@@ -170,6 +170,9 @@ class Routing(_Strict):
     # and the co-location penalty beside another model's batch on one device.
     batch_pricing: Batching = BATCHING
     colocation_penalty: float = Field(default=COLOCATION_PENALTY, ge=0, le=10)
+    # a request that finds at most this many in flight on its device (per
+    # replica) is priced at its share, without the penalty: a pair is not a batch
+    share_at_most_in_flight: int = Field(default=SHARE_AT_MOST_IN_FLIGHT, ge=0, le=1024)
     lengths_file: str | None = None
     classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl
     complexity: str | None = None  # default: the committed router/artifacts/complexity.npz

@@ -96,7 +96,8 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
                     catalog.tiers, r.tolerance,
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
                     sites(catalog), thinking_model(catalog), few_shot(catalog),
-                    LoadPricing(r.batch_pricing, r.colocation_penalty))
+                    LoadPricing(r.batch_pricing, r.colocation_penalty,
+                                r.share_at_most_in_flight))
     path = catalog.path(r.complexity) if r.complexity else COMPLEXITY
     report = complexity_report(path)
     model, targets = load_complexity(path, r.quality_target, catalog.quality, report)

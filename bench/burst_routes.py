@@ -132,7 +132,9 @@ def main() -> None:
         "catalogue": "the H200 replay's: llama-1b and llama-8b curves (curves/h200), one GPU",
         **({"batch_profile": profile} if profile else {}),
         "load_pricing": {"batch_pricing": catalog.routing.batch_pricing,
-                         "colocation_penalty": catalog.routing.colocation_penalty},
+                         "colocation_penalty": catalog.routing.colocation_penalty,
+                         "share_at_most_in_flight":
+                             catalog.routing.share_at_most_in_flight},
         "workers": "this machine's CPU llama.cpp workers, random-weight tiny models",
         "measures": "decisions only (arrival place -> tier); no energy", **results},
         indent=1) + "\n")

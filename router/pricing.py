@@ -52,6 +52,17 @@ each beside two of `auto` as margin): long documents 54% less than
 always-large (margin 15%, the split 46%), chat-traffic 4.4% less (margin
 3.8%, the split 54% more). It is the default since.
 
+A pair is not a batch (`share_at_most_in_flight`): a request that finds at
+most that many requests in flight on its device (per replica) is priced at
+its share, without the penalty, whatever `batching` says. Two clients keep
+the 8B's batch at one or two, where its shared work is not paid anyway: in
+closed loops on an H100 its requests cost 217 J at two clients against 234
+J alone (the curve's lock-step pairs: ~123), and at two clients `share` and
+the load-blind split used 46-47% less than always-large where the margin
+side of `prompt` used 4% less (H100, nvml, varied answers, the H100's own
+curves: `gpu-routing-chat-traffic-c2-split-varied-own-curves-h100.json`);
+at eight the same share cost 71% more, so the rule stops at pairs.
+
 On a shared device the *lead* is the busy backend of the highest tier: the
 largest model serves every request acceptably, so while it runs the others
 price themselves beside it. Pure arithmetic.
@@ -76,6 +87,9 @@ COLOCATION_PENALTY = 1.0
 # request (~150 tokens) and saved 17-41% (~1,000 tokens).
 SHORT_PROMPT_TOKENS = 150.0
 LONG_PROMPT_TOKENS = 1000.0
+# In flight on the device (per replica) up to which a request is priced at its
+# share without the penalty, whatever the batching (0: the batching alone).
+SHARE_AT_MOST_IN_FLIGHT = 0
 
 
 def long_share(prompt_tokens: float) -> float:
@@ -91,6 +105,7 @@ class LoadPricing:
 
     batching: Batching = BATCHING
     colocation_penalty: float = COLOCATION_PENALTY
+    share_at_most_in_flight: int = SHARE_AT_MOST_IN_FLIGHT
 
 
 @dataclass(frozen=True)
@@ -117,27 +132,31 @@ class Pricing:
         self.penalty = load.colocation_penalty
         self.share = load.batching == "share"
         self.by_prompt = load.batching == "prompt"
+        self.share_at_most = load.share_at_most_in_flight
 
     def price(self, curve: Curve, backend: str, prompt_tokens: float,
               completion_tokens: float, running: Mapping[str, int]) -> Price:
         site = self.sites.get(backend, Site())
         n = running.get(backend, 0)
         lead = self._lead(backend, n, site, running)
+        # The batch it joins is what its device has in flight (its own and
+        # its neighbours' requests): the batch this backend runs while the
+        # traffic lasts, not a momentary dip (it only matters with a batch
+        # profile; under the form a join costs its own work at any n)
+        on_device = n + sum(running.get(o, 0) for o in site.neighbours)
         # how far toward `share` (and away from the penalty) this request is priced
         w = long_share(prompt_tokens) if self.by_prompt else 1.0 if self.share else 0.0
+        pair = on_device <= self.share_at_most * site.replicas
+        if pair:
+            w = 1.0  # a pair is not a batch (above)
         if lead is not None:
             joules = curve.joules(prompt_tokens, completion_tokens, n + 1)
-            penalty = self.penalty * (1.0 - w) if self.by_prompt else self.penalty
+            penalty = self.penalty * (1.0 - w) if self.by_prompt or pair else self.penalty
             return Price(joules * (1.0 + penalty), f"beside {lead}")
         if n >= site.replicas:
             batch = math.ceil(n / site.replicas)
             share = curve.joules(prompt_tokens, completion_tokens, n / site.replicas + 1) \
                 if w > 0.0 else 0.0
-            # The batch it joins is what its device has in flight (its own and
-            # its neighbours' requests): the batch this backend runs while the
-            # traffic lasts, not a momentary dip (it only matters with a
-            # batch profile; under the form a join costs its own work at any n)
-            on_device = n + sum(running.get(o, 0) for o in site.neighbours)
             margin = curve.joins(prompt_tokens, completion_tokens, on_device / site.replicas) \
                 if w < 1.0 else 0.0
             joules = w * share + (1.0 - w) * margin

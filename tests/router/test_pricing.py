@@ -228,3 +228,42 @@ def test_with_a_profile_a_join_is_priced_at_what_the_device_has_in_flight() -> N
     assert beside.joules < alone.joules
     assert pricing.price(LARGE, "large-8b", 100, 64, {"large-8b": 3, "small-1b": 4}).joules \
         == pytest.approx(LARGE.joins(100, 64, 3))
+
+
+def test_a_pair_is_priced_at_its_share_without_the_penalty() -> None:
+    """`share_at_most_in_flight`: with at most that many requests in flight on
+    the device, whatever the batching, a request is priced at its share of
+    the batch it makes and beside the lead without the penalty (two clients:
+    the load-blind split 47% under always-large where the margin side of
+    `prompt` was 4% under, H100). Beyond it, the batching as configured."""
+    pairs = Pricing(SHARED, RANK, LoadPricing("prompt", 1.0, share_at_most_in_flight=1))
+    plain = Pricing(SHARED, RANK, BY_PROMPT)
+    one = {"large-8b": 1}
+    join = pairs.price(LARGE, "large-8b", 100, 64, one)
+    assert join.note == "shares a batch of 2"
+    assert join.joules == pytest.approx(LARGE.joules(100, 64, 2))
+    assert plain.price(LARGE, "large-8b", 100, 64, one).note == "joins a batch of 1"
+    beside = pairs.price(SMALL, "small-1b", 100, 64, one)
+    assert beside.note == "beside large-8b"
+    assert beside.joules == pytest.approx(SMALL.joules(100, 64, 1))  # no x2
+    assert plain.price(SMALL, "small-1b", 100, 64, one).joules == \
+        pytest.approx(2 * SMALL.joules(100, 64, 1))
+    # the device's count decides, its neighbours' requests included
+    busy = {"large-8b": 1, "small-1b": 1}
+    for curve, backend in ((LARGE, "large-8b"), (SMALL, "small-1b")):
+        assert pairs.price(curve, backend, 100, 64, busy) == \
+            plain.price(curve, backend, 100, 64, busy)
+    # per replica: two replicas of the 8B with two in flight are two pairs
+    two = {"large-8b": Site(2, frozenset({"small-1b"})), "small-1b": SHARED["small-1b"]}
+    got = Pricing(two, RANK, LoadPricing("prompt", 1.0, share_at_most_in_flight=1)).price(
+        LARGE, "large-8b", 100, 64, {"large-8b": 2})
+    assert got.note == "shares a batch of 2" and got.joules == \
+        pytest.approx(LARGE.joules(100, 64, 2))
+    # alone is alone; and the margin pricing takes the rule too, share keeps its penalty
+    assert pairs.price(SMALL, "small-1b", 100, 64, {}).note == "alone"
+    margin = Pricing(SHARED, RANK, LoadPricing("margin", 1.0, share_at_most_in_flight=1))
+    assert margin.price(SMALL, "small-1b", 100, 64, one).joules == \
+        pytest.approx(SMALL.joules(100, 64, 1))
+    share = Pricing(SHARED, RANK, LoadPricing("share", 0.5, share_at_most_in_flight=0))
+    assert share.price(SMALL, "small-1b", 100, 64, one).joules == \
+        pytest.approx(1.5 * SMALL.joules(100, 64, 1))
