@@ -263,15 +263,18 @@ REPLAYABLE = {**ORDERS, **EXTRA_ORDERS}
 # same workers with the load pricing `--second` names: `share`, a joining
 # request at its share of the batch and no co-location penalty, the default
 # from 34a5aff to 83b3f8e; `margin`, x2, the default until 445b36e; `prompt`,
-# the default since; `pairs`, prompt with a request that finds at most one in
-# flight on its device priced at its share, router.pricing) against `auto` (as
-# shipped) and always-large, in turns.
+# the default from 20658a3 to 53047e9; `pairs`, prompt with a request that
+# finds at most one in flight on its device priced at its share, router.pricing,
+# the default since) against `auto` (as shipped) and always-large, in turns.
 # The replays at 83b3f8e ran `auto` as share beside `auto-margin`; those at
 # 20658a3 `auto` as margin beside `auto-prompt`.
 PRICINGS: dict[str, dict[str, Any]] = {
-    "margin": {"batch_pricing": "margin", "colocation_penalty": 1.0},
-    "share": {"batch_pricing": "share", "colocation_penalty": 0.0},
-    "prompt": {"batch_pricing": "prompt", "colocation_penalty": 1.0},
+    "margin": {"batch_pricing": "margin", "colocation_penalty": 1.0,
+               "share_at_most_in_flight": 0},
+    "share": {"batch_pricing": "share", "colocation_penalty": 0.0,
+              "share_at_most_in_flight": 0},
+    "prompt": {"batch_pricing": "prompt", "colocation_penalty": 1.0,
+               "share_at_most_in_flight": 0},
     "pairs": {"batch_pricing": "prompt", "colocation_penalty": 1.0,
               "share_at_most_in_flight": 1}}
 AUTO = ("auto", *(f"auto-{p}" for p in PRICINGS))

@@ -267,6 +267,20 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
         "right after it, on the same machine: the same with CONCURRENCY=2 N=80",
         "the same at two clients: auto 4.0% less than always-large (2 of 160 small), the "
         "split 46.9% and share 46.2% less at 96% of its expected quality (nvml)", ""),
+    "gpu-routing-chat-traffic-c2-split-varied-pairs-h100.json": (
+        "JOULEGATE_COMMIT=53047e9 CURVES=h100 SPLIT=1 SECOND=pairs ANSWERS=varied "
+        "CONCURRENCY=2 N=80 WORKLOADS=chat-traffic bash bench/run_h200.sh (device tool, "
+        "an H100)",
+        "two clients: auto with a pair priced at its share (routing.share_at_most_in_flight) "
+        "46.0% less than always-large, without 6.6%, the split 45.9% (nvml)", ""),
+    "gpu-routing-chat-traffic-c4-split-varied-pairs-h100.json": (
+        "right after it, on the same machine: the same with CONCURRENCY=4 N=80",
+        "four clients: with pairs at their share 31.8% less than always-large, without "
+        "28.5%, the split 26.8% (nvml)", ""),
+    "gpu-routing-chat-traffic-c8-split-varied-pairs-h100.json": (
+        "on the same machine: the same with CONCURRENCY=8 N=100",
+        "eight clients: with pairs at their share 1.6% less than always-large, without "
+        "0.9% more, the split 41.9% more (nvml)", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
     "gpu-curves.png": ("same", "the H200 curves as a picture", ""),

@@ -235,9 +235,10 @@ def test_a_pair_is_priced_at_its_share_without_the_penalty() -> None:
     the device, whatever the batching, a request is priced at its share of
     the batch it makes and beside the lead without the penalty (two clients:
     the load-blind split 47% under always-large where the margin side of
-    `prompt` was 4% under, H100). Beyond it, the batching as configured."""
-    pairs = Pricing(SHARED, RANK, LoadPricing("prompt", 1.0, share_at_most_in_flight=1))
-    plain = Pricing(SHARED, RANK, BY_PROMPT)
+    `prompt` was 4% under, H100; the default is 1). Beyond it, the batching
+    as configured."""
+    pairs = Pricing(SHARED, RANK)  # the default: prompt, pairs at their share
+    plain = Pricing(SHARED, RANK, LoadPricing("prompt", 1.0, share_at_most_in_flight=0))
     one = {"large-8b": 1}
     join = pairs.price(LARGE, "large-8b", 100, 64, one)
     assert join.note == "shares a batch of 2"
