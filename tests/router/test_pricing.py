@@ -268,3 +268,23 @@ def test_a_pair_is_priced_at_its_share_without_the_penalty() -> None:
     share = Pricing(SHARED, RANK, LoadPricing("share", 0.5, share_at_most_in_flight=0))
     assert share.price(SMALL, "small-1b", 100, 64, one).joules == \
         pytest.approx(1.5 * SMALL.joules(100, 64, 1))
+
+
+def test_two_clients_send_a_short_easy_prompt_small_beside_one_running_8b() -> None:
+    """The decision the pair rule changes: one 8B request running, a short
+    chat prompt that the 1B answers almost as well. Priced at the margin, the
+    8B's join (its own work) undercuts the 1B's x2 beside it; priced as a
+    pair, the 1B alone undercuts the 8B's share of two."""
+    actions = [ActionSpec("small", "small-1b", "direct"), ActionSpec("large", "large-8b", "direct")]
+    quality = QualityTable({"chat": {"small:direct": 0.80, "large:direct": 0.82}})
+
+    def chosen(load: LoadPricing | None) -> str:
+        policy = Policy(actions, quality, ExpectedLengths(), {"small-1b": SMALL,
+                        "large-8b": LARGE}, ["small", "large"], 0.05, Caps(64, 192),
+                        SHARED, load=load)
+        d = policy.choose(policy.candidates({"chat": 1.0}, 100, None, {"large-8b": 1}),
+                          "balanced", None)
+        return d.chosen.spec.key
+
+    assert chosen(None) == "small:direct"
+    assert chosen(LoadPricing("prompt", 1.0, share_at_most_in_flight=0)) == "large:direct"
