@@ -9,9 +9,12 @@ place of the GPU's. It records decisions only: the energy is the replay's
                                  [--workload long-documents]
         ->  bench/results/burst-routes-<pricing>[-<workload>].json
 
-`--pricing margin` (the default, as shipped): a request joining a batch at
-the margin, x2 beside another model; `share`: at its share of the batch it
-makes, no penalty (router.pricing; bench.gpu_routing's `auto-share`).
+`--pricing margin` (this bench's default; the gateway's is `pairs`): a
+request joining a batch at the margin, x2 beside another model; `share`: at
+its share of the batch it makes, no penalty; `prompt`: by the prompt's
+length between the two; `pairs`: `prompt`, with a request that finds at most
+one in flight on its device priced at its share (router.pricing;
+bench.gpu_routing's PRICINGS).
 
 `--profile-from FILE` (a `gpu-loops-*.json` of bench/gpu_mixed.py): the 8B's
 curve with the batch profile those closed loops measured (measured over the
