@@ -457,8 +457,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                  "on, the first 3 arrivals small, then all large", ""),
     "burst-routes-prompt.json": ("python -m bench.burst_routes --pricing prompt",
                                  "decisions under bursts with the pricing by prompt length "
-                                 "(the default): small 69% / 17% / 3% / 3% at 1 / 2 / 4 / 8 "
-                                 "clients", ""),
+                                 "(the default until 53047e9): small 69% / 17% / 3% / 3% at "
+                                 "1 / 2 / 4 / 8 clients", ""),
+    "burst-routes-pairs.json": ("python -m bench.burst_routes --pricing pairs",
+                                "the same with a pair priced at its share (the default "
+                                "since): small 69% / 65% / 4% / 3% at 1 / 2 / 4 / 8 clients "
+                                "(the shipped H200 curves, decisions only)", ""),
     "burst-routes-prompt-long-documents.json": (
         "python -m bench.burst_routes --pricing prompt --workload long-documents",
         "long documents under bursts, the pricing by prompt length: small 51% / 51% / 38% / "
