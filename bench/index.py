@@ -281,6 +281,25 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
         "on the same machine: the same with CONCURRENCY=8 N=100",
         "eight clients: with pairs at their share 1.6% less than always-large, without "
         "0.9% more, the split 41.9% more (nvml)", ""),
+    "gpu-routing-benchmark-mix-c2-split-varied-pairs-heldout-h100.json": (
+        "JOULEGATE_COMMIT=745e9c5 CURVES=h100 SPLIT=1 SECOND=prompt ANSWERS=varied "
+        "CONCURRENCY=2 N=80 WORKLOADS=benchmark-mix bash bench/run_h200.sh (device tool, "
+        "an H100)",
+        "the pair rule on a workload it was not chosen on, two clients: auto (the rule, "
+        "default) 54.0% less than always-large, auto-prompt (without) 3.3% more, the split "
+        "51.9% less; expected quality kept 94.7% / 99.9% (nvml)", ""),
+    "gpu-routing-benchmark-mix-c4-split-varied-pairs-heldout-h100.json": (
+        "right after it, on the same machine: the same with CONCURRENCY=4",
+        "four clients: with the rule 42.6% less than always-large, without 47.5% (one "
+        "turn), the split 39.3% (nvml)", ""),
+    "gpu-routing-benchmark-mix-c8-split-varied-pairs-heldout-h100.json": (
+        "on the same machine: the same with CONCURRENCY=8 N=100",
+        "eight clients: with the rule 3.0% more than always-large, without 1.5% less (one "
+        "turn), the split 43.7% more (nvml)", ""),
+    "gpu-routing-long-documents-c2-split-varied-pairs-heldout-h100.json": (
+        "on the same machine: CONCURRENCY=2 N=60 WORKLOADS=long-documents",
+        "long prompts, two clients: with the rule 58.5% less than always-large, without "
+        "60.8% (one turn), the split 58.9% (nvml)", ""),
     "gpu-curves.json": ("python -m bench.gpu_routing --phase calibrate (device tool)",
                         "H200 operating curves, leave-one-out error (nvml)", ""),
     "gpu-curves.png": ("same", "the H200 curves as a picture", ""),
