@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from router.policy import FULL_TOLERANCE_FROM
 from router.pricing import BATCHING, COLOCATION_PENALTY, SHARE_AT_MOST_IN_FLIGHT, Batching
 
 BackendKind = Literal["llamacpp", "vllm"]
@@ -173,6 +174,9 @@ class Routing(_Strict):
     # a request that finds at most this many in flight on its device (per
     # replica) is priced at its share, without the penalty: a pair is not a batch
     share_at_most_in_flight: int = Field(default=SHARE_AT_MOST_IN_FLIGHT, ge=0, le=1024)
+    # a quality target's per-query tolerance in full where a request's best
+    # action is expected at least this good, in proportion below (0: in full)
+    full_tolerance_from: float = Field(default=FULL_TOLERANCE_FROM, ge=0, le=1)
     lengths_file: str | None = None
     classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl
     complexity: str | None = None  # default: the committed router/artifacts/complexity.npz

@@ -97,7 +97,7 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
                     Caps(r.direct_max_tokens, r.cot_max_tokens),
                     sites(catalog), thinking_model(catalog), few_shot(catalog),
                     LoadPricing(r.batch_pricing, r.colocation_penalty,
-                                r.share_at_most_in_flight))
+                                r.share_at_most_in_flight), r.full_tolerance_from)
     path = catalog.path(r.complexity) if r.complexity else COMPLEXITY
     report = complexity_report(path)
     model, targets = load_complexity(path, r.quality_target, catalog.quality, report)
@@ -112,8 +112,11 @@ def build_router(catalog: Catalog, book: LengthBook) -> Router:
 
 
 def _other_levels(catalog: Catalog, report: dict[str, Any]) -> bool:
+    """Whether the report's targets were calibrated for other levels, actions
+    or tolerance scaling (a report without `full_tolerance_from` predates it: 0)."""
     return catalog.quality != report.get("levels_table") \
-        or any(b.reasoning for b in catalog.backends) or bool(catalog.routing.few_shot)
+        or any(b.reasoning for b in catalog.backends) or bool(catalog.routing.few_shot) \
+        or catalog.routing.full_tolerance_from != report.get("full_tolerance_from", 0.0)
 
 
 def few_shot(catalog: Catalog) -> FewShot:

@@ -562,7 +562,8 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "route.json": ("python -m bench.route_latency", "decision time, 2,000-token conversation",
                    ""),
     "tolerance-sweep.json": ("python -m bench.tolerance_sweep",
-                             "energy and expected quality by tolerance (H200 curves)", ""),
+                             "energy and expected quality by quality target (H200 curves, "
+                             "estimate)", ""),
     "tolerance-sweep.png": ("same", "tolerance-sweep.json as a picture", ""),
 }
 

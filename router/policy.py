@@ -10,7 +10,10 @@ expected completion length, priced by what the backends run now
 
 - max-quality: the best expected quality (ties: fewer joules);
 - balanced: the fewest joules among actions within `tolerance` (relative) of
-  the best quality;
+  the best quality; with per-query qualities (a quality target), within an
+  absolute tolerance of this request's best, taken in full where the best
+  is at least `full_tolerance_from` and in proportion below it (a hard
+  request, whose best answer is unlikely, is not given up for a few points);
 - min-energy: the fewest joules (ties: better quality).
 
 `max_joules` removes actions expected to cost more; if none is left, the
@@ -31,6 +34,12 @@ from router.record import record
 from router.thinking import CLOSING_TOKENS, ThinkingModel, budget_share
 
 COT_PROMPT_TOKENS = 32  # the step-by-step instruction added to the prompt
+# A quality target's per-query tolerance applies in full to requests whose
+# best action is expected to be this good or better, in proportion below:
+# for a request whose best is 0.35, half of it. Chosen on the training
+# prompts' easy/hard labels and the reference workload's expected savings
+# (docs/routing.md, "Hard requests keep their best"); 0 takes it in full.
+FULL_TOLERANCE_FROM = 0.7
 
 
 @dataclass(frozen=True)
@@ -89,8 +98,10 @@ class Policy:
                  tolerance: float = 0.05, caps: Caps = Caps(),
                  sites: Mapping[str, Site] | None = None,
                  thinking: ThinkingModel | None = None,
-                 few_shot: FewShot | None = None, load: LoadPricing | None = None) -> None:
+                 few_shot: FewShot | None = None, load: LoadPricing | None = None,
+                 full_tolerance_from: float = FULL_TOLERANCE_FROM) -> None:
         self.actions = actions
+        self.full_tolerance_from = full_tolerance_from
         self.thinking = thinking or ThinkingModel()
         self.few_shot = few_shot or FewShot()
         self._shot_tokens = {c: self.few_shot.prompt_tokens(c) for c in self.few_shot.messages}
@@ -235,11 +246,12 @@ class Policy:
             pick = min(pool, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
             why = "min-energy: fewest expected joules"
         elif per_query_tolerance is not None:
-            floor = best_q - per_query_tolerance
+            tolerance = self.scaled(per_query_tolerance, best_q)
+            floor = best_q - tolerance
             ok = [c for c in pool if c.expected_quality >= floor - 1e-12]
             pick = min(ok, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
             why = (f"quality target: fewest expected joules with quality >= {floor:.3f} "
-                   f"({per_query_tolerance:.3f} below this request's best, {best_q:.3f})")
+                   f"({tolerance:.3f} below this request's best, {best_q:.3f})")
         else:
             floor = best_q * (1.0 - self.tolerance)
             ok = [c for c in pool if c.expected_quality >= floor - 1e-12]
@@ -247,6 +259,13 @@ class Policy:
             why = (f"balanced: fewest expected joules with quality >= {floor:.3f} "
                    f"({self.tolerance:.0%} below the best, {best_q:.3f})")
         return Choice(pick, why + note, tuple(cands), cap_met)
+
+    def scaled(self, tolerance: float, best_q: float) -> float:
+        """A per-query tolerance for a request whose best action is expected
+        at `best_q`: in full from `full_tolerance_from` up, in proportion below."""
+        if best_q >= self.full_tolerance_from:
+            return tolerance
+        return tolerance * max(0.0, best_q) / self.full_tolerance_from
 
     def rank(self, tier: str) -> int:
         """A tier's place, cheapest first."""

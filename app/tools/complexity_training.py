@@ -232,6 +232,8 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
             "hard (what IFEval, HumanEval and TLDR9+ measure); chat on all own chat items",
         ],
         "seed": seed,
+        # the policy's tolerance scaling the targets below were calibrated with
+        "full_tolerance_from": catalog.routing.full_tolerance_from,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out_dir / "complexity.npz", text_coef=model.text_coef,

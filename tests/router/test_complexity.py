@@ -82,6 +82,23 @@ def test_shipped_model_separates_easy_from_hard(router) -> None:  # type: ignore
                    for c in d.candidates)
 
 
+TEXTBOOK = ["Prove that there are infinitely many primes of the form 4k+3.",
+            "Compute the derivative of f(x) = x^x and explain each step.",
+            "How many ways can 8 rooks be placed on a chessboard so that none attack "
+            "each other? Justify."]
+
+
+def test_hard_math_keeps_its_best_at_the_default_target(router) -> None:  # type: ignore[no-untyped-def]
+    """Textbook problems both models are expected to miss often: the
+    tolerance is scaled by how likely the best answer is, so the 1B is not
+    taken for a few points (it was, with the tolerance in full)."""
+    for text in TEXTBOOK:
+        d = router.decide(Query(text, len(text) // 4))
+        assert d.tier == "large", (text, d.reason)
+        best = max(c["expected_quality"] for c in d.candidates)
+        assert best < router.policy.full_tolerance_from  # where the scaling applies
+
+
 def test_a_higher_target_never_picks_worse(router) -> None:  # type: ignore[no-untyped-def]
     text = "Explain why the sky is blue in two sentences."
     low = router.decide(Query(text, 12, quality_target=0.8))

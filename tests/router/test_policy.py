@@ -51,6 +51,26 @@ def test_hard_math_goes_large_when_balanced() -> None:
     assert pick("balanced", {"math": 1.0}, tolerance=0.30) == "large:direct"
 
 
+def test_a_per_query_tolerance_shrinks_where_the_best_is_unlikely() -> None:
+    p = policy()
+    assert p.full_tolerance_from == 0.7
+    assert p.scaled(0.2, 0.9) == 0.2 and p.scaled(0.2, 0.7) == 0.2
+    assert p.scaled(0.2, 0.35) == pytest.approx(0.1)
+    assert p.scaled(0.2, 0.0) == 0.0
+    # math: best 0.52 (large:cot); 0.45 in full would take small:direct (0.11),
+    # scaled to 0.45 x 0.52 / 0.7 = 0.334 the floor is 0.186: large:direct,
+    # cheaper than small:cot's chain of thought
+    cands = p.candidates({"math": 1.0}, 100, None, {})
+    chosen = p.choose(cands, "balanced", None, 0.45)
+    assert chosen.chosen.spec.key == "large:direct"
+    assert "0.334 below" in chosen.reason
+    p.full_tolerance_from = 0.0  # the tolerance in full everywhere
+    assert p.choose(cands, "balanced", None, 0.45).chosen.spec.key == "small:direct"
+    # chat: best 0.82 >= 0.7, the tolerance in full
+    chat = p.candidates({"chat": 1.0}, 100, None, {})
+    assert p.choose(chat, "balanced", None, 0.05).chosen.spec.key == "small:direct"
+
+
 def test_modes_are_the_ends() -> None:
     assert pick("min-energy", {"math": 1.0}) == "small:direct"
     assert pick("max-quality", {"chat": 1.0}) == "large:direct"  # tie with cot: fewer joules
