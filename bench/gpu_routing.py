@@ -276,7 +276,9 @@ PRICINGS: dict[str, dict[str, Any]] = {
     "prompt": {"batch_pricing": "prompt", "colocation_penalty": 1.0,
                "share_at_most_in_flight": 0},
     "pairs": {"batch_pricing": "prompt", "colocation_penalty": 1.0,
-              "share_at_most_in_flight": 1}}
+              "share_at_most_in_flight": 1},
+    # not a pricing: the quality target's tolerance in full, as before 6687a29
+    "fulltol": {"full_tolerance_from": 0.0}}
 AUTO = ("auto", *(f"auto-{p}" for p in PRICINGS))
 
 

@@ -66,7 +66,7 @@ part=""; [ "$concurrency" = "1,8" ] || part="-c${concurrency//,/-c}"
 # (-split.json; seven turns: at c=4 ~35 s a turn of 100 prompts; N=100 sets the
 # prompts, the whole 200 need a warm machine's call)
 split=""; [ -n "${SPLIT:-}" ] && { split="--split"; part="${part:--c${concurrency//,/-c}}-split"; }
-# SECOND=margin or SECOND=prompt (with SPLIT=1): the second gateway's load
+# SECOND=margin, prompt, pairs or fulltol (with SPLIT=1): the second gateway's load
 # pricing (router.pricing) instead of share
 [ -n "$split" ] && [ -n "${SECOND:-}" ] && split="--split --second $SECOND"
 # PROFILE_FROM=bench/results/gpu-loops-...json: auto's 8B curve with the batch
