@@ -296,6 +296,13 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
         "on the same machine: the same with CONCURRENCY=8 N=100",
         "eight clients: with the rule 3.0% more than always-large, without 1.5% less (one "
         "turn), the split 43.7% more (nvml)", ""),
+    "gpu-routing-benchmark-mix-c2-split-varied-fulltol-h100.json": (
+        "JOULEGATE_COMMIT=dad6421 CURVES=h100 SPLIT=1 SECOND=fulltol ANSWERS=varied "
+        "CONCURRENCY=2 N=80 WORKLOADS=benchmark-mix bash bench/run_h200.sh (device tool, "
+        "an H100)",
+        "hard requests keep their best (routing.full_tolerance_from 0.7) against the "
+        "tolerance in full, two clients: 46.4% / 55.2% less than always-large (one turn of "
+        "the second) at 95.8% / 94.7% of its expected quality (nvml)", ""),
     "gpu-routing-long-documents-c2-split-varied-pairs-heldout-h100.json": (
         "on the same machine: CONCURRENCY=2 N=60 WORKLOADS=long-documents",
         "long prompts, two clients: with the rule 58.5% less than always-large, without "
