@@ -13,7 +13,8 @@ expected completion length, priced by what the backends run now
   the best quality; with per-query qualities (a quality target), within an
   absolute tolerance of this request's best, taken in full where the best
   is at least `full_tolerance_from` and in proportion below it (a hard
-  request, whose best answer is unlikely, is not given up for a few points);
+  request, whose best answer is unlikely, is not given up for a few points),
+  and never above the quality of the largest tier's answer as asked by name;
 - min-energy: the fewest joules (ties: better quality).
 
 `max_joules` removes actions expected to cost more; if none is left, the
@@ -22,7 +23,7 @@ cheapest is taken and the reason says the cap could not be met.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from router.curves import Curve
@@ -87,6 +88,17 @@ class Caps:
     cot_max_tokens: int = 1024
 
 
+def baseline_of(cands: Sequence[Candidate], largest: str) -> Candidate | None:
+    """The largest tier's answer when it is asked for by name: direct, or for a
+    reasoning backend its unbounded thinking (the largest budget); None where
+    the actions hold neither."""
+    mine = [c for c in cands if c.spec.tier == largest]
+    thinking = [c for c in mine if c.thinking_budget]
+    if thinking:
+        return max(thinking, key=lambda c: c.thinking_budget or 0)
+    return next((c for c in mine if c.spec.strategy == "direct"), None)
+
+
 def _cost(c: Candidate, rank: Mapping[str, int]) -> float:
     # Without a curve, fall back to the tier order (cheapest first in models.yaml).
     return c.expected_joules if c.expected_joules is not None else 1e12 * (1 + rank[c.spec.tier])
@@ -111,6 +123,7 @@ class Policy:
         self.tolerance = tolerance
         self.caps = caps
         self._rank = {t: i for i, t in enumerate(tiers)}
+        self._largest = tiers[-1]
         self.pricing = Pricing(sites or {}, {a.backend: self._rank[a.tier] for a in actions},
                                load)
         # What pricing an action needs that no request changes: its key, its token
@@ -248,10 +261,17 @@ class Policy:
         elif per_query_tolerance is not None:
             tolerance = self.scaled(per_query_tolerance, best_q)
             floor = best_q - tolerance
-            ok = [c for c in pool if c.expected_quality >= floor - 1e-12]
-            pick = min(ok, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
             why = (f"quality target: fewest expected joules with quality >= {floor:.3f} "
                    f"({tolerance:.3f} below this request's best, {best_q:.3f})")
+            # A target is a share of always-large's quality: no request is asked
+            # for more than always-large's own answer would give it.
+            base = baseline_of(cands, self._largest)
+            if base is not None and floor > base.expected_quality:
+                floor = base.expected_quality
+                why = (f"quality target: fewest expected joules with quality >= {floor:.3f} "
+                       f"(always-large's own, above {best_q - tolerance:.3f})")
+            ok = [c for c in pool if c.expected_quality >= floor - 1e-12]
+            pick = min(ok, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
         else:
             floor = best_q * (1.0 - self.tolerance)
             ok = [c for c in pool if c.expected_quality >= floor - 1e-12]

@@ -17,19 +17,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from router.policy import Candidate, Policy
+from router.policy import Candidate, Policy, baseline_of
 
 TARGETS = (0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
 
 
 def baseline(cands: Sequence[Candidate], largest: str) -> Candidate:
-    """The largest tier's answer when it is asked for by name: direct, or for a
-    reasoning backend its unbounded thinking (the largest budget)."""
-    mine = [c for c in cands if c.spec.tier == largest]
-    thinking = [c for c in mine if c.thinking_budget]
-    if thinking:
-        return max(thinking, key=lambda c: c.thinking_budget or 0)
-    return next(c for c in mine if c.spec.strategy == "direct")
+    """The largest tier's answer when it is asked for by name (policy.baseline_of)."""
+    found = baseline_of(cands, largest)
+    if found is None:
+        raise ValueError(f"no answer of the {largest} tier as asked by name among the actions")
+    return found
 
 
 def sweep(policy: Policy, assessed: Sequence[Sequence[Candidate]], largest: str,

@@ -30,9 +30,13 @@ def test_budgets_vary_with_the_query_and_targets_are_the_pairs_own() -> None:
     for text, level in PROMPTS.items():
         d = router.decide(Query(text, estimate_tokens(text)))
         assert d.thinking_budget is not None  # every action is a reasoning model's
-        budgets[text] = (level, d.thinking_budget)
+        budgets[text] = (level, d.thinking_budget, d.tier)
         assert any(c["thinking_budget"] == 4096 for c in d.candidates)
-    easy = [b for level, b in budgets.values() if level == "easy"]
-    hard = [b for level, b in budgets.values() if level == "hard"]
+    easy = [b for level, b, _ in budgets.values() if level == "easy"]
+    hard = [(b, tier) for level, b, tier in budgets.values() if level == "hard"]
     assert easy == [0, 0]  # no thinking on a greeting or a one-fact question
-    assert min(hard) > 0 and len(set(b for _, b in budgets.values())) >= 2
+    # a hard one thinks, or gets the 8B's answer (the pens: the 8B without
+    # thinking, 0.863 at 635 J, meets the floor and costs less than the 1.7B
+    # thinking to 1,024, 0.902 at 1,205 J)
+    assert all(b > 0 or tier == "large" for b, tier in hard)
+    assert max(b for b, _ in hard) == 4096 and len({b for _, b, _ in budgets.values()}) >= 2

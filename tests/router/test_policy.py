@@ -71,6 +71,17 @@ def test_a_per_query_tolerance_shrinks_where_the_best_is_unlikely() -> None:
     assert p.choose(chat, "balanced", None, 0.05).chosen.spec.key == "small:direct"
 
 
+def test_a_quality_target_never_asks_more_than_always_large_gives() -> None:
+    p = policy()
+    cands = p.candidates({"math": 1.0}, 100, None, {})
+    # tolerance 0: the best is large:cot (0.52), but always-large answers
+    # directly (0.39): the floor is that, and large:direct is the cheapest there
+    chosen = p.choose(cands, "balanced", None, 0.0)
+    assert chosen.chosen.spec.key == "large:direct"
+    assert "always-large's own" in chosen.reason
+    assert p.choose(cands, "max-quality", None).chosen.spec.key == "large:cot"
+
+
 def test_modes_are_the_ends() -> None:
     assert pick("min-energy", {"math": 1.0}) == "small:direct"
     assert pick("max-quality", {"chat": 1.0}) == "large:direct"  # tie with cot: fewer joules
