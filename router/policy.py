@@ -261,15 +261,16 @@ class Policy:
         elif per_query_tolerance is not None:
             tolerance = self.scaled(per_query_tolerance, best_q)
             floor = best_q - tolerance
-            why = (f"quality target: fewest expected joules with quality >= {floor:.3f} "
-                   f"({tolerance:.3f} below this request's best, {best_q:.3f})")
             # A target is a share of always-large's quality: no request is asked
             # for more than always-large's own answer would give it.
             base = baseline_of(cands, self._largest)
             if base is not None and floor > base.expected_quality:
+                why = (f"quality target: fewest expected joules with quality >= "
+                       f"{base.expected_quality:.3f} (always-large's own, above {floor:.3f})")
                 floor = base.expected_quality
+            else:
                 why = (f"quality target: fewest expected joules with quality >= {floor:.3f} "
-                       f"(always-large's own, above {best_q - tolerance:.3f})")
+                       f"({tolerance:.3f} below this request's best, {best_q:.3f})")
             ok = [c for c in pool if c.expected_quality >= floor - 1e-12]
             pick = min(ok, key=lambda c: (_cost(c, self._rank), -c.expected_quality))
         else:

@@ -156,8 +156,12 @@ class Pricing:
             w = 1.0  # a pair is not a batch (above)
         if lead is not None:
             joules = curve.joules(prompt_tokens, completion_tokens, n + 1)
-            penalty = 0.0 if pair else self.penalty * (1.0 - w) if self.by_prompt \
-                else self.penalty
+            if pair:
+                penalty = 0.0
+            elif self.by_prompt:
+                penalty = self.penalty * (1.0 - w)
+            else:
+                penalty = self.penalty
             return Price(joules * (1.0 + penalty), f"beside {lead}")
         if n >= site.replicas:
             batch = math.ceil(n / site.replicas)
