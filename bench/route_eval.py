@@ -14,7 +14,9 @@
 3. Easy/hard recall on the held-out open prompts at targets 0.90, 0.95 and
    0.99: easy ones sent to the small tier, hard ones to the large; the same
    on the chat-traffic workload's own prompts (router/data/traffic_prompts.tsv,
-   also never trained on), each prompt once.
+   also never trained on), each prompt once; and on the stop-51 probe
+   (router/data/probe_stop51.tsv: not held out, it found misroutes that were
+   then fixed).
 4. Expected energy saved against always-large at those targets on both
    workloads (app/tools/workload.py: chat-traffic, the reference, and the
    benchmark mix), with the H200 curves (deploy/models.gpu.yaml) and the
@@ -55,6 +57,7 @@ OWN = [ROOT / "router" / "data" / "difficulty_prompts.tsv",
        ROOT / "router" / "data" / "open_prompts.tsv"]
 OPEN_EVAL = ROOT / "router" / "data" / "open_eval.tsv"
 TRAFFIC = ROOT / "router" / "data" / "traffic_prompts.tsv"
+PROBE = ROOT / "router" / "data" / "probe_stop51.tsv"
 TARGETS = (0.90, 0.95, 0.99)
 
 
@@ -160,12 +163,13 @@ def main() -> None:
     router = build_router(catalog, LengthBook(None))
     assert router.model is not None, "no complexity model: run joulegate train-complexity"
     report = json.loads((ROOT / "router" / "artifacts" / "complexity-report.json").read_text())
-    held_open, traffic = own_items(OPEN_EVAL), own_items(TRAFFIC)
+    held_open, traffic, probe = own_items(OPEN_EVAL), own_items(TRAFFIC), own_items(PROBE)
     result = {"commit": project_commit(), "routellm_held_out": routellm_metrics(router),
               "controls_apgr": controls(DATA, OWN, OPEN_EVAL, catalog),
               "open_eval_recall": {str(t): tier_recall(router, held_open, t) for t in TARGETS},
               "traffic_prompts_recall": {str(t): tier_recall(router, traffic, t)
                                          for t in TARGETS},
+              "probe_stop51_recall": {str(t): tier_recall(router, probe, t) for t in TARGETS},
               "savings": savings(router), "quality_targets": report["quality_targets"]}
     out = ROOT / "bench" / "results" / "route-eval.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
