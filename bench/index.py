@@ -572,6 +572,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                              "energy and expected quality by quality target (H200 curves, "
                              "estimate)", ""),
     "tolerance-sweep.png": ("same", "tolerance-sweep.json as a picture", ""),
+    "tolerance-scaling.json": ("python -m bench.tolerance_scaling",
+                               "routing.full_tolerance_from 0 / 0.5 / 0.6 / 0.7 / 0.8 on the "
+                               "training prompts' labels and the reference workload's expected "
+                               "saving at 0.95 (estimate)", ""),
 }
 
 
