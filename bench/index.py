@@ -561,7 +561,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "route-eval-seeds.json": ("python -m bench.route_eval_seeds",
                               "APGR and controls over five held-out splits", ""),
     "route-eval.json": ("python -m bench.route_eval",
-                        "APGR, CPT, controls and energy saved at quality targets", ""),
+                        "APGR, CPT, controls; easy/hard tiers on held-out open requests, "
+                        "the workload's prompts and the stop-52 probe; energy saved at "
+                        "quality targets and by sample size; the thinking pair's budgets",
+                        ""),
     "route-eval.png": ("same", "route-eval.json as a picture", ""),
     "route-stretch.json": ("python -m bench.route_stretch",
                            "how the complexity model's easy stretch and own-item weight were "

@@ -16,13 +16,17 @@
    on the chat-traffic workload's own prompts (router/data/traffic_prompts.tsv,
    also never trained on), each prompt once; and on the stop-51 probe
    (router/data/probe_stop51.tsv: not held out, it found misroutes that were
-   then fixed).
+   then fixed) and the stop-52 probes (router/data/probe_stop52.tsv: held
+   out, nothing trained on them).
 4. Expected energy saved against always-large at those targets on both
    workloads (app/tools/workload.py: chat-traffic, the reference, and the
    benchmark mix), with the H200 curves (deploy/models.gpu.yaml) and the
    router's per-query expected qualities: an expectation from the model, not
    a measurement (the H200 replay is). On chat-traffic, also the share of its
-   easy (trivial) requests sent small.
+   easy (trivial) requests sent small, and the quality kept at 0.95 on
+   samples of 200 to 3,000 (does the calibrated tolerance hold off its sample).
+5. The thinking pair (deploy/models.thinking.yaml): the budgets its router
+   gives the workload's held-out easy and hard prompts.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ OWN = [ROOT / "router" / "data" / "difficulty_prompts.tsv",
 OPEN_EVAL = ROOT / "router" / "data" / "open_eval.tsv"
 TRAFFIC = ROOT / "router" / "data" / "traffic_prompts.tsv"
 PROBE = ROOT / "router" / "data" / "probe_stop51.tsv"
+PROBE_52 = ROOT / "router" / "data" / "probe_stop52.tsv"
 TARGETS = (0.90, 0.95, 0.99)
 
 
@@ -141,6 +146,31 @@ def savings(router: Any, n: int = 400) -> dict[str, Any]:
     return out
 
 
+def sample_sizes(router: Any) -> dict[str, float]:
+    """The chat-traffic workload's expected quality kept at 0.95 on stratified
+    samples of several sizes: a tolerance calibrated on one sample holds on
+    another (an expectation: the router's own expected qualities)."""
+    make = WORKLOADS["chat-traffic"]
+    return {str(n): workload_savings(router, make(n, DATA), 0.95)["quality_ratio_vs_large"]
+            for n in (200, 400, 600, 3000)}
+
+
+def thinking_budgets(traffic: list[Item]) -> dict[str, Any]:
+    """The thinking pair (deploy/models.thinking.yaml) at its default target:
+    the budgets its router gives the workload's held-out easy and hard prompts
+    (0: no thinking), by tier."""
+    router = build_router(load_catalog(ROOT / "deploy" / "models.thinking.yaml"),
+                          LengthBook(None))
+    out: dict[str, Any] = {}
+    for hard in (False, True):
+        given: Counter[str] = Counter()
+        for it in (i for i in traffic if i.hard == hard):
+            d = router.decide(Query(it.text, estimate_tokens(it.text)), explain=False)
+            given[f"{d.tier}:{d.thinking_budget or 0}"] += 1
+        out["hard" if hard else "easy"] = dict(sorted(given.items()))
+    return out
+
+
 def plot(sweep: list[dict[str, float]], path: Path) -> None:
     import matplotlib
 
@@ -164,13 +194,18 @@ def main() -> None:
     assert router.model is not None, "no complexity model: run joulegate train-complexity"
     report = json.loads((ROOT / "router" / "artifacts" / "complexity-report.json").read_text())
     held_open, traffic, probe = own_items(OPEN_EVAL), own_items(TRAFFIC), own_items(PROBE)
+    probe_52 = own_items(PROBE_52)
     result = {"commit": project_commit(), "routellm_held_out": routellm_metrics(router),
               "controls_apgr": controls(DATA, OWN, OPEN_EVAL, catalog),
               "open_eval_recall": {str(t): tier_recall(router, held_open, t) for t in TARGETS},
               "traffic_prompts_recall": {str(t): tier_recall(router, traffic, t)
                                          for t in TARGETS},
               "probe_stop51_recall": {str(t): tier_recall(router, probe, t) for t in TARGETS},
-              "savings": savings(router), "quality_targets": report["quality_targets"]}
+              "probe_stop52_recall": {str(t): tier_recall(router, probe_52, t)
+                                      for t in TARGETS},
+              "savings": savings(router), "quality_targets": report["quality_targets"],
+              "chat_traffic_quality_at_0.95_by_sample_size": sample_sizes(router),
+              "thinking_pair_budgets": thinking_budgets(traffic)}
     out = ROOT / "bench" / "results" / "route-eval.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     plot(report["tolerance_sweep"], out.with_suffix(".png"))

@@ -122,10 +122,13 @@ def own_items(path: Path) -> list[Item]:
 
 
 def split(items: list[Item], seed: int = 1) -> tuple[list[int], set[int]]:
-    """(all indices shuffled, the held-out 30% of the labeled RouteLLM items)."""
+    """(all indices shuffled, the held-out 30% of the labeled RouteLLM items).
+    The held-out items are drawn from the labeled items alone, so adding own
+    items leaves them where they were (a like-for-like comparison)."""
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
-    labeled = [i for i in order if items[i].source != "own"]
+    labeled = [i for i, item in enumerate(items) if item.source != "own"]
+    random.Random(seed).shuffle(labeled)
     return order, set(labeled[: int(0.3 * len(labeled))])
 
 
