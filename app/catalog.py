@@ -104,6 +104,10 @@ class Backend(_Strict):
     # bound), or the least outstanding. Default: by joules where there is a curve.
     placement: Literal["marginal_joules", "least_outstanding"] = "marginal_joules"
     max_batch: int | None = Field(default=None, gt=0)  # unset: the replica's max_concurrency
+    # The latency bound in a client's unit: no replica whose measured seconds
+    # per answer token, at the batch a request would join, exceed it is packed
+    # further (app/upstream/pace.py); unset: `max_batch` alone.
+    max_seconds_per_token: float | None = Field(default=None, gt=0)
 
     @property
     def context_limit(self) -> int:

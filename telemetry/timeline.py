@@ -68,3 +68,16 @@ class TokenTimeline:
         self._points = [
             (t, prompt_tokens if p else 0, d) for t, p, d in self._points
         ]
+
+    def decode_s_per_token(self, min_tokens: int = 8) -> float | None:
+        """Seconds per answer token after the first (the pace a client saw),
+        or None with fewer than `min_tokens` answer tokens after the first
+        (an answer that came whole has no pace)."""
+        points = self._points
+        first = next((p for p in points if p[2] > 0), None)
+        if first is None:
+            return None
+        t, _, decoded = points[-1]
+        if decoded - first[2] < min_tokens or t <= first[0]:
+            return None
+        return (t - first[0]) / (decoded - first[2])

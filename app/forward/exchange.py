@@ -102,6 +102,7 @@ class Exchange:
         self._sent_at = 0.0
         self.worker_done_at: float | None = None  # the worker's last byte read
         self.placement = ""  # why the pool chose its replica
+        self._batch = 0  # the replica's requests when this one took its slot, itself included
         self._ended = False
 
     # -- taking ----------------------------------------------------------
@@ -149,6 +150,7 @@ class Exchange:
                 await shielded(self.parts.meter.abandon(window))
                 raise
             self.state, self.window = state, window
+            self._batch = state.outstanding
             return
 
     # -- relaying --------------------------------------------------------
@@ -360,6 +362,11 @@ class Exchange:
                 p.on_complete(d, completion + prior, self.thinking + prior)
         upstream_s = ended_s - self._sent_at
         p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
+        state = self.state
+        if state is not None and state.backend.max_seconds_per_token and self.status == "ok":
+            pace = self.timeline.decode_s_per_token()
+            if pace is not None:  # the latency bound's measurement (app/upstream/pace.py)
+                p.pool.paced(state, self._batch, pace)
         p.metrics.tokens(d.tier, d.backend, prompt, completion)
         if fw.stream and self.count:  # a whole answer's is observed as it leaves
             p.metrics.observe_overhead(self.overhead_s(ended_s))

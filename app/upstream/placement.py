@@ -7,11 +7,13 @@ that the n requests of a batch share. n requests cost n*a + s together, so
 one more costs `a` on a replica that is already running a batch and a + s on
 an idle one: joining a batch is the cheap place, and spreading a burst evenly
 (least outstanding) the dearest. A replica takes at most `max_batch`
-(the latency bound: beyond it each token of the batch waits longer) before
-another is woken. A device running nothing at all is priced at its marginal
-cost above idle where its idle power is paid anyway (the default), or also
-`wake_j` (its idle power for `wake_s`) where the deployment can power it
-down (`power_down: true` in models.yaml). Ties go to the busier replica
+(beyond it each token of the batch waits longer) before another is woken,
+and, where the backend sets `max_seconds_per_token`, none whose measured
+pace at the batch it would have (app/upstream/pace.py) is slower than that:
+the latency bound in the unit a client feels. A device running nothing at
+all is priced at its marginal cost above idle where its idle power is paid
+anyway (the default), or also `wake_j` (its idle power for `wake_s`) where
+the deployment can power it down (`power_down: true` in models.yaml). Ties go to the busier replica
 (the other then drains and may idle or power down), then to the first.
 Pure: the pool gives the loads, this gives the choice and its reason.
 """
@@ -39,6 +41,8 @@ class Candidate:
     running: int
     device_running: int
     wake_j: float = 0.0  # the idle power a wake commits to (devices that power down)
+    # measured seconds per answer token in a batch of running + 1 (None: not known)
+    pace_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,15 +66,18 @@ def least_outstanding(free: Sequence[Candidate]) -> Placement:
     return Placement(c.order, None, f"replica {c.order}: least outstanding ({c.running} running)")
 
 
-def place(free: Sequence[Candidate], curve: Curve | None, max_batch: int) -> Placement:
+def place(free: Sequence[Candidate], curve: Curve | None, max_batch: int,
+          max_s_per_token: float | None = None) -> Placement:
     """The replica for the next request among `free` (non-empty)."""
-    within = [c for c in free if c.running < max_batch]
+    within = [c for c in free if c.running < max_batch and not _too_slow(c, max_s_per_token)]
     if curve is None or not within:
         chosen = least_outstanding(free)
         if curve is None:
             return chosen
-        return Placement(chosen.order, None, chosen.reason + f", every replica at its "
-                                                            f"max_batch {max_batch}")
+        bound = f"max_batch {max_batch}" if max_s_per_token is None else (
+            f"max_batch {max_batch} or {max_s_per_token:.3g} s a token")
+        return Placement(chosen.order, None, chosen.reason + f", every replica at its {bound}")
+    slow = [c.order for c in free if c.running < max_batch and _too_slow(c, max_s_per_token)]
     priced = [(marginal_j(curve, c), -c.running, c.order, c) for c in within]
     cost, _, _, c = min(priced)
     alone = [p[0] for p in priced if p[3].running == 0]
@@ -84,4 +91,12 @@ def place(free: Sequence[Candidate], curve: Curve | None, max_batch: int) -> Pla
         why = f"an idle replica, {cost:.3g} J marginal " + (
             f"(joining the batch of {best[1]}: {best[0]:.3g} J)" if best
             else "(none running below max_batch)")
+    if slow:
+        which = "replica" if len(slow) == 1 else "replicas"
+        why += (f"; {which} {', '.join(map(str, slow))} slower than "
+                f"{max_s_per_token:.3g} s a token")
     return Placement(c.order, cost, f"replica {c.order}: {why}")
+
+
+def _too_slow(c: Candidate, max_s_per_token: float | None) -> bool:
+    return max_s_per_token is not None and c.pace_s is not None and c.pace_s > max_s_per_token

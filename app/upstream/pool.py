@@ -24,6 +24,7 @@ from types import TracebackType
 from app.catalog import Backend, Catalog, Replica
 from app.upstream.breaker import Breaker
 from app.upstream.client import Upstream, UpstreamError, UpstreamFault
+from app.upstream.pace import Pace
 from app.upstream.placement import Candidate, least_outstanding, place
 from router.curves import Curve
 
@@ -62,6 +63,7 @@ class ReplicaState:
     breaker: Breaker = field(default_factory=Breaker)
     outstanding: int = 0
     order: int = 0
+    pace: Pace = field(default_factory=Pace)  # measured seconds per token by batch
     # The waits (for a first byte) that end when the breaker opens.
     watches: set[asyncio.Timeout] = field(default_factory=set)
 
@@ -139,11 +141,14 @@ class ReplicaPool:
         on_device: Counter[str] = Counter()  # every backend's requests, by device
         for s in self._all:
             on_device[s.replica.device] += s.outstanding
-        candidates = [Candidate(s.order, s.outstanding, on_device[s.replica.device],
-                                self._wake_j.get(s.replica.device, 0.0)) for s in free]
         b = states[0].backend
+        bound = b.max_seconds_per_token
+        candidates = [Candidate(s.order, s.outstanding, on_device[s.replica.device],
+                                self._wake_j.get(s.replica.device, 0.0),
+                                s.pace.at(s.outstanding + 1, now) if bound else None)
+                      for s in free]
         curve = self._curves.get(b.name)
-        chosen = place(candidates, curve, b.max_batch or DEFAULT_MAX_BATCH) if curve \
+        chosen = place(candidates, curve, b.max_batch or DEFAULT_MAX_BATCH, bound) if curve \
             else least_outstanding(candidates)
         return states[chosen.order], chosen.reason
 
@@ -204,6 +209,10 @@ class ReplicaPool:
             if picked is None:
                 return
             queue.popleft().set_result((self._take(picked[0]), picked[1]))
+
+    def paced(self, s: ReplicaState, batch: int, s_per_token: float) -> None:
+        """The pace an answer saw on `s`, in a batch of `batch` (itself included)."""
+        s.pace.observe(batch, s_per_token, self._clock())
 
     def report(self, s: ReplicaState, ok: bool) -> None:
         """A request's outcome for the replica's breaker."""

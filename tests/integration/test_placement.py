@@ -1,7 +1,9 @@
 """Placement with real workers: two llama-server replicas of the small
 backend; four requests in flight together pack three onto one replica's
 batch (max_batch 3) and wake the other for the fourth, where least
-outstanding alternates; each response names its replica and why."""
+outstanding alternates; each response names its replica and why. With a
+latency bound in seconds per token, a replica whose answers were measured
+slower than it takes no more while the other has room."""
 
 from __future__ import annotations
 
@@ -30,9 +32,11 @@ def second_small(llama_bin: str, tmp_path_factory: pytest.TempPathFactory) -> It
         stop([proc])
 
 
-def two_replicas(workers: Workers, second: str, placement: str) -> Catalog:
+def two_replicas(workers: Workers, second: str, placement: str,
+                 max_seconds_per_token: float | None = None) -> Catalog:
     c = catalog_for([workers.small, second], [workers.large])
-    backends = [b.model_copy(update={"placement": placement, "max_batch": 3})
+    backends = [b.model_copy(update={"placement": placement, "max_batch": 3,
+                                     "max_seconds_per_token": max_seconds_per_token})
                 if b.tier == "small" else b for b in c.backends]
     return c.model_copy(update={"backends": backends})
 
@@ -63,3 +67,18 @@ def test_a_burst_packs_onto_one_batch_within_max_batch(workers: Workers,
         spread = held_open(gw.v1, 4)
     assert [r.split(":")[0] for r in spread] == ["replica 0", "replica 1"] * 2
     assert all("least outstanding" in r for r in spread)
+
+
+def test_a_replica_slower_than_the_latency_bound_takes_no_more(workers: Workers,
+                                                              second_small: str) -> None:
+    # a bound no CPU worker meets: the first answer's measured pace rules its replica out
+    bound = 1e-6
+    with run_gateway(two_replicas(workers, second_small, "marginal_joules", bound)) as gw:
+        r = httpx.post(gw.v1 + "/chat/completions", timeout=120, json={
+            "model": "small", "max_tokens": 200, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "Count."}]})
+        assert r.status_code == 200 and r.headers["x-joulegate-placement"].startswith("replica 0")
+        placed = held_open(gw.v1, 2)
+    assert placed[0].startswith("replica 1: an idle replica"), placed
+    assert "replica 0 slower than 1e-06 s a token" in placed[0]
+    assert placed[1].startswith("replica 1") and "joins a batch of 1" in placed[1], placed

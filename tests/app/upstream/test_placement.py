@@ -122,3 +122,47 @@ def test_a_queued_request_keeps_its_own_placement_reason() -> None:
         s, why = await waiter
         assert s.order == 0 and "joins a batch of 2" in why, why
     asyncio.run(run())
+
+
+def test_a_replica_slower_than_the_bound_is_not_packed() -> None:
+    """`max_seconds_per_token`: a batch measured slower than the bound takes no
+    more; an unmeasured one is within it; every replica too slow (or full)
+    spreads by least outstanding, and the reason says so."""
+    # replica 0 runs 2 and a batch of 3 there is measured at 0.08 s a token
+    slow, idle = Candidate(0, 2, 2, pace_s=0.08), Candidate(1, 0, 2)
+    assert place([slow, idle], CURVE, 8).order == 0  # no bound: it joins the batch
+    p = place([slow, idle], CURVE, 8, 0.05)
+    assert p.order == 1 and "an idle replica" in p.reason
+    assert "replica 0 slower than 0.05 s a token" in p.reason
+    assert place([Candidate(0, 2, 2, pace_s=0.04), idle], CURVE, 8, 0.05).order == 0
+    assert place([Candidate(0, 2, 2), idle], CURVE, 8, 0.05).order == 0  # not measured
+    p = place([slow, Candidate(1, 1, 3, pace_s=0.09)], CURVE, 8, 0.05)
+    assert p.order == 1 and p.marginal_j is None
+    assert "every replica at its max_batch 8 or 0.05 s a token" in p.reason
+
+
+def test_the_pool_measures_each_replicas_pace_and_packs_within_it() -> None:
+    async def run() -> None:
+        now = [0.0]
+        c = catalog()
+        c = c.model_copy(update={"backends": [b.model_copy(update={
+            "max_seconds_per_token": 0.05}) for b in c.backends]})
+        pool = ReplicaPool(c, curves=catalog_curves(c), clock=lambda: now[0])
+        a = await pool.acquire("small-llamacpp")
+        assert a.order == 0 and (await pool.acquire("small-llamacpp")).order == 0
+        pool.paced(a, 2, 0.03)  # a batch of 2 answered at 0.03 s a token
+        assert (await pool.acquire("small-llamacpp")).order == 0  # a 3rd: 0.03 borrowed
+        pool.paced(a, 3, 0.09)  # ... and measured at 0.09: over the bound
+        _, why = await pool.acquire_placed("small-llamacpp")
+        # replica 0 runs 3 = max_batch here: the bound is not what stops it
+        assert why.startswith("replica 1: an idle replica"), why
+        for s in pool.all_states():
+            while s.outstanding:
+                pool.release(s)
+        for _ in range(2):
+            assert (await pool.acquire("small-llamacpp")).order == 0
+        _, why = await pool.acquire_placed("small-llamacpp")  # a batch of 3 on 0: 0.09
+        assert why.startswith("replica 1") and "replica 0 slower than 0.05" in why, why
+        now[0] = 200.0  # the measurements expired: replica 0's batch is tried again
+        assert (await pool.acquire("small-llamacpp")).order == 0
+    asyncio.run(run())

@@ -1,0 +1,40 @@
+"""A replica's measured pace: seconds per answer token, by the batch a
+request joined.
+
+Packing requests onto one replica's batch saves joules and slows every
+token of that batch; a backend's `max_seconds_per_token` bounds how far.
+Each finished answer reports the pace it saw and the batch size it started
+in (itself included); the pace at a size is a moving average of those
+reports. A size never measured borrows the largest smaller size measured
+(a batch is not faster than a smaller one, so this errs towards packing
+once more, and that request's own pace is then measured). A measurement
+expires after `max_age_s`, so a slow spell is tried again later rather than
+ruling a size out for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SMOOTHING = 0.3  # weight of a new report in the moving average
+MAX_AGE_S = 120.0
+
+
+@dataclass
+class Pace:
+    max_age_s: float = MAX_AGE_S
+    # batch size -> (seconds per token, when last reported)
+    _by_batch: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    def observe(self, batch: int, s_per_token: float, now: float) -> None:
+        old = self._by_batch.get(batch)
+        if old is not None and now - old[1] <= self.max_age_s:
+            s_per_token = old[0] + SMOOTHING * (s_per_token - old[0])
+        self._by_batch[batch] = (s_per_token, now)
+
+    def at(self, batch: int, now: float) -> float | None:
+        """The expected seconds per token in a batch of `batch`, or None where
+        no size up to it has a fresh measurement."""
+        fresh = [(n, s) for n, (s, t) in self._by_batch.items()
+                 if n <= batch and now - t <= self.max_age_s]
+        return max(fresh)[1] if fresh else None

@@ -1,0 +1,37 @@
+"""A replica's measured pace by batch size: a moving average per size, a
+size never measured borrows the largest smaller one, old reports expire."""
+
+from __future__ import annotations
+
+from app.upstream.pace import MAX_AGE_S, SMOOTHING, Pace
+from telemetry.timeline import TokenTimeline
+
+
+def test_pace_averages_borrows_downward_and_expires() -> None:
+    pace = Pace()
+    assert pace.at(1, 0.0) is None
+    pace.observe(2, 0.04, 0.0)
+    assert pace.at(1, 0.0) is None  # nothing at or below 1
+    assert pace.at(2, 0.0) == 0.04 and pace.at(5, 0.0) == 0.04  # 5 borrows 2
+    pace.observe(2, 0.08, 1.0)
+    assert abs(pace.at(2, 1.0) - (0.04 + SMOOTHING * 0.04)) < 1e-12  # type: ignore[operator]
+    pace.observe(4, 0.1, 2.0)
+    assert pace.at(3, 2.0) != 0.1 and pace.at(4, 2.0) == 0.1 and pace.at(8, 2.0) == 0.1
+    later = 2.0 + MAX_AGE_S + 1
+    assert pace.at(8, later) is None  # every report is too old
+    pace.observe(4, 0.02, later)  # an expired average restarts from the new report
+    assert pace.at(4, later) == 0.02
+
+
+def test_a_timeline_gives_the_pace_after_the_first_token() -> None:
+    t = TokenTimeline(min_gap_s=0.0)
+    t.mark(100, 0, 0.0)
+    assert t.decode_s_per_token() is None  # nothing answered
+    t.mark(100, 1, 0.5)  # the first token after 0.5 s of prefill
+    for i in range(2, 12):
+        t.mark(100, i, 0.5 + 0.05 * (i - 1))
+    assert abs(t.decode_s_per_token() - 0.05) < 1e-9  # type: ignore[operator]
+    assert t.decode_s_per_token(min_tokens=20) is None
+    whole = TokenTimeline()
+    whole.mark(100, 50, 1.0)  # an answer that came whole: no pace
+    assert whole.decode_s_per_token() is None
