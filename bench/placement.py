@@ -5,6 +5,9 @@ concurrency) or `least_outstanding` (spreading), in turns (ABAB). Energy is
 the device counter's delta over each run (gross: idle included), with its
 source; speed is each request's seconds per answer token (its latency over
 its tokens, queueing included), p50 and p99, and the run's wall time.
+`--bound S` adds a third arm, `bounded`: packing with the backend's
+`max_seconds_per_token: S` (the latency bound learned from each replica's
+own answers, app/upstream/pace.py), in the same turns.
 
     # the H200 (bench/run_h200_session.sh carries what it needs)
     python -m bench.placement --llama-server /tmp/jg/bin/llama-server \\
@@ -12,7 +15,7 @@ its tokens, queueing included), p50 and p99, and the run's wall time.
         --source nvml --out bench/results
     # this machine (the CPU test shapes; the `estimate` or `rapl` source; one
     # thread per replica: two replicas' default threads oversubscribe 2 cores)
-    python -m bench.placement --threads 1 --requests 32 --tokens 64
+    python -m bench.placement --threads 1 --requests 32 --tokens 64 [--bound 0.05]
 
 Results: placement-<source>.json and .png under --out.
 """
@@ -46,6 +49,8 @@ from telemetry.devices import DeviceSpec, make_reader
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ("marginal_joules", "least_outstanding")
 LABEL = {"marginal_joules": "packed", "least_outstanding": "spread"}
+# an arm: its label, the backend's placement and its max_seconds_per_token
+Arm = tuple[str, str, float | None]
 
 
 def catalog(ports: list[int], curve: Path, source: str, max_batch: int) -> Catalog:
@@ -61,9 +66,10 @@ def catalog(ports: list[int], curve: Path, source: str, max_batch: int) -> Catal
     })
 
 
-def with_policy(c: Catalog, policy: str) -> Catalog:
+def with_policy(c: Catalog, policy: str, bound: float | None = None) -> Catalog:
     return c.model_copy(update={"backends": [
-        b.model_copy(update={"placement": policy}) for b in c.backends]})
+        b.model_copy(update={"placement": policy, "max_seconds_per_token": bound})
+        for b in c.backends]})
 
 
 async def burst(v1: str, n: int, concurrency: int, tokens: int, reader: Any
@@ -111,14 +117,15 @@ def plot(path: Path, results: dict[str, Any], source: str) -> None:
     import matplotlib.pyplot as plt
 
     keys = list(results)
+    labels = [a for a in ("packed", "spread", "bounded") if a in results[keys[0]]]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    width = 0.38
-    for j, policy in enumerate(POLICIES):
-        xs = [i + (j - 0.5) * width for i in range(len(keys))]
-        axes[0].bar(xs, [results[k][LABEL[policy]]["joules_per_request"] for k in keys],
-                    width, label=LABEL[policy])
-        axes[1].bar(xs, [1000 * results[k][LABEL[policy]]["s_per_token_p99"] for k in keys],
-                    width, label=LABEL[policy])
+    width = 0.8 / len(labels)
+    for j, label in enumerate(labels):
+        xs = [i + (j - (len(labels) - 1) / 2) * width for i in range(len(keys))]
+        axes[0].bar(xs, [results[k][label]["joules_per_request"] for k in keys],
+                    width, label=label)
+        axes[1].bar(xs, [1000 * results[k][label]["s_per_token_p99"] for k in keys],
+                    width, label=label)
     for ax, label in zip(axes, (f"J per request ({source}, gross)",
                                 "p99 ms per answer token"), strict=True):
         ax.set_xticks(range(len(keys)), [k.replace("c", "concurrency ") for k in keys])
@@ -144,8 +151,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads per replica (a CPU run: 1 each, so two replicas "
                          "do not oversubscribe two cores)")
+    ap.add_argument("--bound", type=float, default=None,
+                    help="a third arm: packing within max_seconds_per_token BOUND")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
+    arms: list[Arm] = [(LABEL[p], p, None) for p in POLICIES]
+    if args.bound is not None:
+        arms.append(("bounded", "marginal_joules", args.bound))
     from workers.local import llama_server, model_path
 
     binary = args.llama_server or str(llama_server())
@@ -159,18 +171,26 @@ def main() -> None:
     try:
         for conc in (int(c) for c in args.concurrency.split(",")):
             base = catalog(ports, args.curve, args.source, conc)
-            runs: dict[str, list[dict[str, Any]]] = {p: [] for p in POLICIES}
-            order = [POLICIES[(t + k) % 2] for t in range(args.turns) for k in range(2)]
-            for policy in order:  # ABBA...: drift between runs falls on both
-                with run_gateway(with_policy(base, policy), Seams(),
+            runs: dict[str, list[dict[str, Any]]] = {a[0]: [] for a in arms}
+            # each turn starts one arm later (AB BA, ABC BCA ...): drift falls on all
+            order = [arms[(t + k) % len(arms)] for t in range(args.turns)
+                     for k in range(len(arms))]
+            for label, policy, bound in order:
+                with run_gateway(with_policy(base, policy, bound), Seams(),
                                  first_byte_timeout_seconds=600) as gw:
-                    runs[policy].append(asyncio.run(
+                    runs[label].append(asyncio.run(
                         burst(gw.v1, args.requests, conc, args.tokens, reader)))
-            packed, spread = (mean_runs(runs[p]) for p in POLICIES)
+            means = {label: mean_runs(r) for label, r in runs.items()}
+            packed, spread = means["packed"], means["spread"]
             results[f"c{conc}"] = {
-                "order": [LABEL[p] for p in order], "packed": packed, "spread": spread,
+                "order": [a[0] for a in order], **means,
                 "packed_over_spread_joules": packed["joules"] / spread["joules"],
                 "packed_over_spread_p99": packed["s_per_token_p99"] / spread["s_per_token_p99"]}
+            if "bounded" in means:
+                results[f"c{conc}"]["bounded_over_packed_joules"] = (
+                    means["bounded"]["joules"] / packed["joules"])
+                results[f"c{conc}"]["bounded_over_packed_p99"] = (
+                    means["bounded"]["s_per_token_p99"] / packed["s_per_token_p99"])
     finally:
         for p in procs:
             p.terminate()
@@ -186,7 +206,10 @@ def main() -> None:
                   "threads_per_replica": args.threads or "the engine's default",
                   "answer_tokens": args.tokens, "turns_per_policy": args.turns,
                   "packed": "placement marginal_joules, max_batch = the concurrency",
-                  "spread": "placement least_outstanding"},
+                  "spread": "placement least_outstanding",
+                  **({"bounded": f"placement marginal_joules, max_batch = the concurrency, "
+                                 f"max_seconds_per_token {args.bound}"}
+                     if args.bound is not None else {})},
         "units": {"joules": f"J, {source} counter delta over the run (gross, idle included)",
                   "s_per_token": "s per answer token per request, client-side, queueing "
                                  "included"},

@@ -5,19 +5,23 @@ Packing requests onto one replica's batch saves joules and slows every
 token of that batch; a backend's `max_seconds_per_token` bounds how far.
 Each finished answer reports the pace it saw and the batch size it started
 in (itself included); the pace at a size is a moving average of those
-reports. A size never measured borrows the largest smaller size measured
-(a batch is not faster than a smaller one, so this errs towards packing
-once more, and that request's own pace is then measured). A measurement
-expires after `max_age_s`, so a slow spell is tried again later rather than
-ruling a size out for good.
+reports. Packing grows one size at a time: a size not measured yet borrows
+the pace of the size just below it (a batch is not faster than a smaller
+one, so this errs towards packing once more, and that request's own pace
+is then measured), and a size further from what was measured counts as too
+slow (`UNKNOWN`), so a cold burst spreads instead of filling one batch
+blind. A measurement expires after `max_age_s`, so a slow spell is tried
+again later rather than ruling a size out for good.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 SMOOTHING = 0.3  # weight of a new report in the moving average
 MAX_AGE_S = 120.0
+UNKNOWN = math.inf  # a batch size too far above what was measured
 
 
 @dataclass
@@ -33,8 +37,11 @@ class Pace:
         self._by_batch[batch] = (s_per_token, now)
 
     def at(self, batch: int, now: float) -> float | None:
-        """The expected seconds per token in a batch of `batch`, or None where
-        no size up to it has a fresh measurement."""
-        fresh = [(n, s) for n, (s, t) in self._by_batch.items()
-                 if n <= batch and now - t <= self.max_age_s]
-        return max(fresh)[1] if fresh else None
+        """The expected seconds per token in a batch of `batch`: measured,
+        borrowed from `batch - 1`, None for a first request (nothing to
+        wait on), else UNKNOWN."""
+        for n in (batch, batch - 1):
+            got = self._by_batch.get(n)
+            if got is not None and now - got[1] <= self.max_age_s:
+                return got[0]
+        return None if batch <= 1 else UNKNOWN

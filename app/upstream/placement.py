@@ -94,7 +94,7 @@ def place(free: Sequence[Candidate], curve: Curve | None, max_batch: int,
     if slow:
         which = "replica" if len(slow) == 1 else "replicas"
         why += (f"; {which} {', '.join(map(str, slow))} slower than "
-                f"{max_s_per_token:.3g} s a token")
+                f"{max_s_per_token:.3g} s a token or not measured near that batch")
     return Placement(c.order, cost, f"replica {c.order}: {why}")
 
 

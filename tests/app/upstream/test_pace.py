@@ -1,24 +1,27 @@
 """A replica's measured pace by batch size: a moving average per size, a
-size never measured borrows the largest smaller one, old reports expire."""
+size not measured borrows the one just below it, a size further up counts
+as too slow, old reports expire."""
 
 from __future__ import annotations
 
-from app.upstream.pace import MAX_AGE_S, SMOOTHING, Pace
+from app.upstream.pace import MAX_AGE_S, SMOOTHING, UNKNOWN, Pace
 from telemetry.timeline import TokenTimeline
 
 
-def test_pace_averages_borrows_downward_and_expires() -> None:
+def test_pace_averages_grows_one_size_at_a_time_and_expires() -> None:
     pace = Pace()
-    assert pace.at(1, 0.0) is None
+    assert pace.at(1, 0.0) is None  # a first request waits on nothing
+    assert pace.at(2, 0.0) == UNKNOWN  # a batch never measured near: not packed blind
     pace.observe(2, 0.04, 0.0)
-    assert pace.at(1, 0.0) is None  # nothing at or below 1
-    assert pace.at(2, 0.0) == 0.04 and pace.at(5, 0.0) == 0.04  # 5 borrows 2
+    assert pace.at(1, 0.0) is None
+    assert pace.at(2, 0.0) == 0.04 and pace.at(3, 0.0) == 0.04  # 3 borrows 2
+    assert pace.at(4, 0.0) == UNKNOWN  # two sizes above what was measured
     pace.observe(2, 0.08, 1.0)
     assert abs(pace.at(2, 1.0) - (0.04 + SMOOTHING * 0.04)) < 1e-12  # type: ignore[operator]
     pace.observe(4, 0.1, 2.0)
-    assert pace.at(3, 2.0) != 0.1 and pace.at(4, 2.0) == 0.1 and pace.at(8, 2.0) == 0.1
+    assert pace.at(4, 2.0) == 0.1 and pace.at(5, 2.0) == 0.1 and pace.at(6, 2.0) == UNKNOWN
     later = 2.0 + MAX_AGE_S + 1
-    assert pace.at(8, later) is None  # every report is too old
+    assert pace.at(4, later) == UNKNOWN and pace.at(1, later) is None  # every report too old
     pace.observe(4, 0.02, later)  # an expired average restarts from the new report
     assert pace.at(4, later) == 0.02
 

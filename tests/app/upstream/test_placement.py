@@ -148,21 +148,30 @@ def test_the_pool_measures_each_replicas_pace_and_packs_within_it() -> None:
         c = c.model_copy(update={"backends": [b.model_copy(update={
             "max_seconds_per_token": 0.05}) for b in c.backends]})
         pool = ReplicaPool(c, curves=catalog_curves(c), clock=lambda: now[0])
-        a = await pool.acquire("small-llamacpp")
-        assert a.order == 0 and (await pool.acquire("small-llamacpp")).order == 0
-        pool.paced(a, 2, 0.03)  # a batch of 2 answered at 0.03 s a token
-        assert (await pool.acquire("small-llamacpp")).order == 0  # a 3rd: 0.03 borrowed
-        pool.paced(a, 3, 0.09)  # ... and measured at 0.09: over the bound
-        _, why = await pool.acquire_placed("small-llamacpp")
-        # replica 0 runs 3 = max_batch here: the bound is not what stops it
-        assert why.startswith("replica 1: an idle replica"), why
-        for s in pool.all_states():
-            while s.outstanding:
-                pool.release(s)
-        for _ in range(2):
-            assert (await pool.acquire("small-llamacpp")).order == 0
+
+        async def burst(n: int) -> list[int]:
+            return [(await pool.acquire("small-llamacpp")).order for _ in range(n)]
+
+        def release_all() -> None:
+            for s in pool.all_states():
+                while s.outstanding:
+                    pool.release(s)
+
+        # cold: no pace known beyond a first request, so a burst spreads
+        assert await burst(4) == [0, 1, 0, 1]
+        release_all()
+        s0 = pool.all_states()[0]
+        pool.paced(s0, 1, 0.02)  # replica 0 answered alone at 0.02 s a token
+        assert await burst(3) == [0, 0, 1]  # a batch of 2 borrows 1's pace; 3 is unknown
+        pool.paced(s0, 2, 0.03)
+        release_all()
+        assert await burst(4) == [0, 0, 0, 1]  # 3 borrows 2's (0.03); 3 = max_batch
+        pool.paced(s0, 3, 0.09)  # ... and is measured over the bound
+        release_all()
+        assert await burst(2) == [0, 0]
         _, why = await pool.acquire_placed("small-llamacpp")  # a batch of 3 on 0: 0.09
         assert why.startswith("replica 1") and "replica 0 slower than 0.05" in why, why
-        now[0] = 200.0  # the measurements expired: replica 0's batch is tried again
-        assert (await pool.acquire("small-llamacpp")).order == 0
+        release_all()
+        now[0] = 200.0  # every report expired: cold again
+        assert await burst(2) == [0, 1]
     asyncio.run(run())
