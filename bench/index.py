@@ -409,11 +409,13 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                      "slowloris, agent spoofing and a 5,000-body mutation fuzz against a keyed "
                      "gateway with real workers and agent", ""),
     "load.json": ("python -m bench.load", "1,000 requests at once against CPU workers", ""),
-    "placement-estimate.json": ("python -m bench.placement --threads 1 --requests 32 --tokens 64",
-                                "packed vs spread, two CPU replicas of tiny-large on this "
-                                "machine (estimate); the H200 run is placement-nvml.json",
-                                ""),
-    "placement-estimate.png": ("same", "J per request and p99 per token, packed vs spread", ""),
+    "placement-estimate.json": ("python -m bench.placement --threads 1 --requests 96 --tokens 64 "
+                                "--bound 0.02",
+                                "packed vs spread vs packed within a latency bound of 0.02 s "
+                                "a token, two CPU replicas of tiny-large on this machine "
+                                "(estimate); the H200 run is placement-nvml.json", ""),
+    "placement-estimate.png": ("same", "J per request and p99 per token, packed vs spread vs "
+                               "bounded", ""),
     "placement-nvml.json": ("bash bench/run_h200_session.sh (device tool; JOBS=placement)",
                             "packed vs spread on one H200: two replicas of the 8B shape, "
                             "64 requests of 256 tokens at c=8 and c=16 (nvml)", ""),
