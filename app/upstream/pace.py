@@ -17,18 +17,17 @@ again later rather than ruling a size out for good.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 SMOOTHING = 0.3  # weight of a new report in the moving average
 MAX_AGE_S = 120.0
 UNKNOWN = math.inf  # a batch size too far above what was measured
 
 
-@dataclass
 class Pace:
-    max_age_s: float = MAX_AGE_S
-    # batch size -> (seconds per token, when last reported)
-    _by_batch: dict[int, tuple[float, float]] = field(default_factory=dict)
+    def __init__(self, max_age_s: float = MAX_AGE_S) -> None:
+        self.max_age_s = max_age_s
+        # batch size -> (seconds per token, when last reported)
+        self._by_batch: dict[int, tuple[float, float]] = {}
 
     def observe(self, batch: int, s_per_token: float, now: float) -> None:
         old = self._by_batch.get(batch)
