@@ -13,8 +13,9 @@ pace at the batch it would have (app/upstream/pace.py) is slower than that:
 the latency bound in the unit a client feels. A device running nothing at
 all is priced at its marginal cost above idle where its idle power is paid
 anyway (the default), or also `wake_j` (its idle power for `wake_s`) where
-the deployment can power it down (`power_down: true` in models.yaml). Ties go to the busier replica
-(the other then drains and may idle or power down), then to the first.
+the deployment can power it down (`power_down: true` in models.yaml). Ties
+go to the busier replica (the other then drains and may idle or power
+down), then to the first.
 Pure: the pool gives the loads, this gives the choice and its reason.
 """
 
