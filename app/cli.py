@@ -59,7 +59,8 @@ def _serve(args: argparse.Namespace) -> int:
 
         uvicorn.run(create_app(settings, catalog), host=host, port=port,
                     log_level=settings.log_level,
-                    **uvicorn_options(settings.head_timeout_seconds))
+                    **uvicorn_options(settings.head_timeout_seconds, settings.max_connections,
+                                      settings.max_connections_per_client))
         return 0
     return _serve_processes(args.workers, settings, catalog, host, port)
 
@@ -316,7 +317,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
     os.environ.update(env)
     return serve_processes(
         ServeConfig("app.factory:app_from_env", host, port, settings.log_level,
-                    settings.head_timeout_seconds), sockets)
+                    settings.head_timeout_seconds, settings.max_connections,
+                    settings.max_connections_per_client), sockets)
 
 
 def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1",

@@ -202,6 +202,19 @@ def head_timeout(seconds: float) -> ApiError:
                     "invalid_request_error", None, "head_timeout", {"connection": "close"})
 
 
+def too_many_connections(limit: int) -> ApiError:
+    return ApiError(503, f"The gateway holds its most open connections ({limit}); retry "
+                    "shortly", "service_unavailable", None, "too_many_connections",
+                    {**_retry_after(1.0), "connection": "close"})
+
+
+def too_many_client_connections(limit: int) -> ApiError:
+    return ApiError(429, f"This client address holds its most open connections ({limit}); "
+                    "reuse one, or close some", "rate_limit_error", None,
+                    "too_many_connections_from_client",
+                    {**_retry_after(1.0), "connection": "close"})
+
+
 def malformed_http(detail: str) -> ApiError:
     return ApiError(400, f"Not an HTTP/1.1 request: {detail}", "invalid_request_error",
                     None, "malformed_http", {"connection": "close"})

@@ -119,6 +119,8 @@ class ServeConfig:
     port: int
     log_level: str
     head_timeout_s: float = 10.0
+    max_connections: int = 0  # app/http/connection.py; 0: no cap
+    max_connections_per_client: int = 0
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -144,7 +146,9 @@ def _serve(config: ServeConfig, sock: socket.socket) -> None:
 
     uvicorn.Server(uvicorn.Config(
         config.app, factory=True, host=config.host, port=config.port,
-        log_level=config.log_level, **uvicorn_options(config.head_timeout_s),
+        log_level=config.log_level,
+        **uvicorn_options(config.head_timeout_s, config.max_connections,
+                          config.max_connections_per_client),
     )).run(sockets=[sock])
 
 

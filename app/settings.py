@@ -27,6 +27,11 @@ class Settings(BaseSettings):
     # The longest a request's head (request line and headers) and then its
     # body may each take to arrive (then 408, connection closed).
     head_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Open connections a gateway process keeps, and from one client address
+    # (0: no cap but the OS's; behind a proxy every client is the proxy's
+    # address). A connection beyond them gets a 503 / 429 and is closed.
+    max_connections: int = Field(default=0, ge=0)
+    max_connections_per_client: int = Field(default=0, ge=0)
     body_timeout_seconds: float = Field(default=10.0, gt=0)
     connect_timeout_seconds: float = Field(default=5.0, gt=0)
     # A worker's first byte (its queue wait and prefill), then the longest

@@ -1,6 +1,6 @@
 """The HTTP/1.1 connection under uvicorn: uvicorn's httptools protocol with a
-deadline for each request's head, and the error envelope for bytes that are
-not HTTP.
+deadline for each request's head, caps on open connections, and the error
+envelope for bytes that are not HTTP.
 
 uvicorn has no head deadline: its keep-alive timer runs only between
 requests and stops at the first byte, so a client that sends a header byte
@@ -13,16 +13,30 @@ arrived (a connection that never sent a byte is just closed: a client may
 be sending its request on it at that very moment, and must not read a 408
 as that request's answer). The body has its own
 deadline, read by the gateway (app/http/body.py).
+
+A process keeps at most `max_connections` open, and at most
+`max_connections_per_client` from one client address (0: no cap). A
+connection beyond either is answered at once, 503 or 429 in the envelope
+with Retry-After, whatever it sends is discarded, and it is closed once the
+answer is out (after the client's end, or a second): the answer is what
+its first request gets, so a client is told rather than reset.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.errors import ApiError, head_timeout, malformed_http
+from app.errors import (
+    ApiError,
+    head_timeout,
+    malformed_http,
+    too_many_client_connections,
+    too_many_connections,
+)
 from app.jsonio import dumps
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout"}
@@ -41,12 +55,50 @@ class DeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a request-head deadline."""
 
     head_timeout_s: ClassVar[float] = 10.0
+    max_connections: ClassVar[int] = 0
+    max_connections_per_client: ClassVar[int] = 0
+    # open connections by client address, this server's (uvicorn_options)
+    by_client: ClassVar[Counter[str]] = Counter()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_began = False
+        self._refused = False
         super().connection_made(transport)
+        self._peer = self.client[0] if self.client else ""
+        self.by_client[self._peer] += 1
+        refusal = self._over_cap()
+        if refusal is not None:
+            self._refuse(refusal)
+            return
         self._arm()
+
+    def _over_cap(self) -> ApiError | None:
+        if self.max_connections and len(self.connections) > self.max_connections:
+            return too_many_connections(self.max_connections)
+        per_client = self.max_connections_per_client
+        if per_client and self.by_client[self._peer] > per_client:
+            return too_many_client_connections(per_client)
+        return None
+
+    def _refuse(self, error: ApiError) -> None:
+        """Answer now and close once the answer is out: the client's end of
+        the stream, or a second, whichever comes first."""
+        self._refused = True
+        self.transport.write(raw_response(error))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(1.0, self.transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:  # a refused connection's requests are not served
+            super().data_received(data)
+
+    def eof_received(self) -> None:
+        if self._refused:
+            self.transport.close()
+            return
+        super().eof_received()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -60,6 +112,13 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        peer = getattr(self, "_peer", None)  # None: connection_made did not finish
+        if peer is not None:
+            left = self.by_client[peer] - 1
+            if left > 0:
+                self.by_client[peer] = left
+            else:
+                del self.by_client[peer]
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
@@ -85,10 +144,14 @@ class DeadlineProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def uvicorn_options(head_timeout_s: float) -> dict[str, Any]:
+def uvicorn_options(head_timeout_s: float, max_connections: int = 0,
+                    max_connections_per_client: int = 0) -> dict[str, Any]:
     """What every gateway's uvicorn runs with: the protocol above, no access
-    log or server header, no X-Forwarded-* rewriting (no client address is
-    read)."""
-    protocol = type("GatewayProtocol", (DeadlineProtocol,), {"head_timeout_s": head_timeout_s})
+    log or server header, no X-Forwarded-* rewriting (the client address is
+    the socket's peer)."""
+    protocol = type("GatewayProtocol", (DeadlineProtocol,), {
+        "head_timeout_s": head_timeout_s, "max_connections": max_connections,
+        "max_connections_per_client": max_connections_per_client,
+        "by_client": Counter()})
     return {"http": protocol, "access_log": False, "server_header": False,
             "proxy_headers": False}

@@ -59,7 +59,8 @@ def _serving(catalog: Catalog, seams: Seams | None, settings: dict[str, Any]
     app = create_app(configured, catalog, seams)
     server = uvicorn.Server(uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-        **uvicorn_options(configured.head_timeout_seconds)))
+        **uvicorn_options(configured.head_timeout_seconds, configured.max_connections,
+                          configured.max_connections_per_client)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

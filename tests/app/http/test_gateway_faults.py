@@ -521,6 +521,52 @@ def test_slow_heads_are_cut_off_at_the_deadline(fakes: FakeWorkers) -> None:
                 time.sleep(1.2)
 
 
+def _read_all(s: Any) -> bytes:
+    s.settimeout(5)
+    raw = b""
+    while chunk := s.recv(4096):
+        raw += chunk
+    return raw
+
+
+def test_connections_beyond_the_caps_are_told_and_closed(fakes: FakeWorkers) -> None:
+    """max_connections_per_client and max_connections: a connection beyond a
+    cap gets 429 / 503 in the envelope with Retry-After, its request is not
+    served, and it is closed; closing connections makes room again."""
+    import socket
+
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60,
+                     max_connections_per_client=3) as g:
+        port = int(g.url.rsplit(":", 1)[1])
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        time.sleep(0.2)  # accepted
+        extra = socket.create_connection(("127.0.0.1", port))
+        extra.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                      b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        head, _, body = _read_all(extra).partition(b"\r\n\r\n")
+        extra.close()
+        assert head.startswith(b"HTTP/1.1 429") and b"retry-after: 1" in head.lower(), head
+        assert json.loads(body)["error"]["code"] == "too_many_connections_from_client"
+        for s in held:
+            s.close()
+        time.sleep(0.2)
+        assert chat(g, {"model": "small", "messages": MSG}).status_code == 200  # room again
+    with run_gateway(fake_catalog(), fakes.seams(), health_interval_seconds=60,
+                     max_connections=2) as g:
+        port = int(g.url.rsplit(":", 1)[1])
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", port))
+        head, _, body = _read_all(extra).partition(b"\r\n\r\n")  # told without asking
+        extra.close()
+        assert head.startswith(b"HTTP/1.1 503"), head
+        assert json.loads(body)["error"]["code"] == "too_many_connections"
+        for s in held:
+            s.close()
+        time.sleep(0.2)
+        assert chat(g, {"model": "small", "messages": MSG}).status_code == 200
+
+
 def test_what_is_not_http_gets_the_envelope(gw: RunningGateway) -> None:
     import socket
 
