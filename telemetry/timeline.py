@@ -43,9 +43,12 @@ class TokenTimeline:
         self._t0 = time.monotonic()
         self._points: list[Point] = [(0.0, 0, 0)]
         self._min_gap_s = min_gap_s
+        self._first: tuple[float, int] | None = None  # the first answer token's mark
 
     def mark(self, prompt_tokens: int, decode_tokens: int, offset_s: float | None = None) -> None:
         t = time.monotonic() - self._t0 if offset_s is None else offset_s
+        if self._first is None and decode_tokens > 0:  # kept apart: merging may revise it
+            self._first = (t, decode_tokens)
         point = (t, prompt_tokens, decode_tokens)
         if len(self._points) > 1 and t - self._points[-2][0] < self._min_gap_s:
             self._points[-1] = point
@@ -73,11 +76,10 @@ class TokenTimeline:
         """Seconds per answer token after the first (the pace a client saw),
         or None with fewer than `min_tokens` answer tokens after the first
         (an answer that came whole has no pace)."""
-        points = self._points
-        first = next((p for p in points if p[2] > 0), None)
+        first = self._first
         if first is None:
             return None
-        t, _, decoded = points[-1]
-        if decoded - first[2] < min_tokens or t <= first[0]:
+        t, _, decoded = self._points[-1]
+        if decoded - first[1] < min_tokens or t <= first[0]:
             return None
-        return (t - first[0]) / (decoded - first[2])
+        return (t - first[0]) / (decoded - first[1])

@@ -57,6 +57,9 @@ _REPLICA_FAULTS = {"upstream_timeout", "upstream_broken", "upstream_invalid"}
 
 
 MAX_OWNERS = 20_000  # as many as the ledger keeps figures for
+# A backend with a latency bound hears each answer's pace this many answer
+# tokens in (so a long answer's batch is known early), and again at its end.
+EARLY_PACE_TOKENS = 32
 
 
 @dataclass
@@ -103,6 +106,7 @@ class Exchange:
         self.worker_done_at: float | None = None  # the worker's last byte read
         self.placement = ""  # why the pool chose its replica
         self._batch = 0  # the replica's requests when this one took its slot, itself included
+        self._pace_at = 0  # the answer token at which the pace is reported early (0: never)
         self._ended = False
 
     # -- taking ----------------------------------------------------------
@@ -151,6 +155,8 @@ class Exchange:
                 raise
             self.state, self.window = state, window
             self._batch = state.outstanding
+            if state.backend.max_seconds_per_token:
+                self._pace_at = EARLY_PACE_TOKENS
             return
 
     # -- relaying --------------------------------------------------------
@@ -220,7 +226,16 @@ class Exchange:
                 self.thinking += 1
             self.timeline.mark(self.fw.prompt_tokens_estimate, self.decode)
             self._last = obj
+            if self.decode == self._pace_at:
+                self._report_pace()
         return (self._renamed(event, obj) if relay else event), obj, text
+
+    def _report_pace(self) -> None:
+        """The answer's pace so far to its replica: the latency bound's
+        measurement (app/upstream/pace.py)."""
+        pace = self.timeline.decode_s_per_token()
+        if pace is not None and self.state is not None:
+            self.parts.pool.paced(self.state, self._batch, pace)
 
     def failed(self, status: str) -> None:
         """How the request ended, when it did not end well (the metrics' status
@@ -362,11 +377,8 @@ class Exchange:
                 p.on_complete(d, completion + prior, self.thinking + prior)
         upstream_s = ended_s - self._sent_at
         p.metrics.observe_upstream(d.tier, d.backend, upstream_s)
-        state = self.state
-        if state is not None and state.backend.max_seconds_per_token and self.status == "ok":
-            pace = self.timeline.decode_s_per_token()
-            if pace is not None:  # the latency bound's measurement (app/upstream/pace.py)
-                p.pool.paced(state, self._batch, pace)
+        if self._pace_at and self.status == "ok":
+            self._report_pace()
         p.metrics.tokens(d.tier, d.backend, prompt, completion)
         if fw.stream and self.count:  # a whole answer's is observed as it leaves
             p.metrics.observe_overhead(self.overhead_s(ended_s))

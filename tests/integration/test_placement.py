@@ -86,3 +86,22 @@ def test_a_replica_slower_than_the_latency_bound_takes_no_more(workers: Workers,
     # least outstanding, said so
     assert placed[1].startswith("replica 0: least outstanding (0 running)"), placed
     assert "1e-06 s a token" in placed[1]
+
+
+def test_a_long_answer_reports_its_pace_early(workers: Workers, second_small: str) -> None:
+    """An answer still streaming tells its replica its pace 32 tokens in: a
+    second request may then join that batch (a bound every CPU worker meets)
+    instead of counting a batch of 2 as not measured yet and waking replica 1."""
+    with run_gateway(two_replicas(workers, second_small, "marginal_joules", 10.0)) as gw, \
+            httpx.Client(timeout=120) as client, \
+            client.stream("POST", gw.v1 + "/chat/completions", json={
+                "model": "small", "stream": True, "max_tokens": 1500, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "Count."}]}) as first:
+        assert first.headers["x-joulegate-placement"].startswith("replica 0")
+        events = 0
+        for line in first.iter_lines():
+            events += line.startswith("data: ")
+            if events >= 40:  # past the early report
+                break
+        placed = held_open(gw.v1, 1)
+    assert placed[0].startswith("replica 0") and "joins a batch of 1" in placed[0], placed

@@ -38,3 +38,13 @@ def test_a_timeline_gives_the_pace_after_the_first_token() -> None:
     whole = TokenTimeline()
     whole.mark(100, 50, 1.0)  # an answer that came whole: no pace
     assert whole.decode_s_per_token() is None
+
+
+def test_the_first_token_is_kept_though_close_marks_merge() -> None:
+    """Tokens faster than the timeline's merge gap revise its last point; the
+    pace still runs from the first answer token."""
+    t = TokenTimeline(min_gap_s=0.02)
+    for i in range(1, 32):
+        t.mark(5, i, 0.001 * i)  # 31 tokens inside the first 20 ms: one merged point
+    t.mark(5, 32, 0.0208)
+    assert abs(t.decode_s_per_token() - (0.0208 - 0.001) / 31) < 1e-12  # type: ignore[operator]
