@@ -65,8 +65,11 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._head_began = False
         self._refused = False
         super().connection_made(transport)
-        self._peer = self.client[0] if self.client else ""
-        self.by_client[self._peer] += 1
+        # counted by client address only where that is capped
+        self._peer = (self.client[0] if self.client else "") \
+            if self.max_connections_per_client else None
+        if self._peer is not None:
+            self.by_client[self._peer] += 1
         refusal = self._over_cap()
         if refusal is not None:
             self._refuse(refusal)
@@ -77,7 +80,7 @@ class DeadlineProtocol(HttpToolsProtocol):
         if self.max_connections and len(self.connections) > self.max_connections:
             return too_many_connections(self.max_connections)
         per_client = self.max_connections_per_client
-        if per_client and self.by_client[self._peer] > per_client:
+        if self._peer is not None and self.by_client[self._peer] > per_client:
             return too_many_client_connections(per_client)
         return None
 
@@ -112,7 +115,7 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        peer = getattr(self, "_peer", None)  # None: connection_made did not finish
+        peer = getattr(self, "_peer", None)  # None: not counted (or not made)
         if peer is not None:
             left = self.by_client[peer] - 1
             if left > 0:

@@ -70,7 +70,9 @@ def least_outstanding(free: Sequence[Candidate]) -> Placement:
 def place(free: Sequence[Candidate], curve: Curve | None, max_batch: int,
           max_s_per_token: float | None = None) -> Placement:
     """The replica for the next request among `free` (non-empty)."""
-    within = [c for c in free if c.running < max_batch and not _too_slow(c, max_s_per_token)]
+    below = [c for c in free if c.running < max_batch]
+    slow = [c.order for c in below if _too_slow(c, max_s_per_token)]
+    within = [c for c in below if c.order not in slow]
     if curve is None or not within:
         chosen = least_outstanding(free)
         if curve is None:
@@ -78,7 +80,6 @@ def place(free: Sequence[Candidate], curve: Curve | None, max_batch: int,
         bound = f"max_batch {max_batch}" if max_s_per_token is None else (
             f"max_batch {max_batch} or {max_s_per_token:.3g} s a token")
         return Placement(chosen.order, None, chosen.reason + f", every replica at its {bound}")
-    slow = [c.order for c in free if c.running < max_batch and _too_slow(c, max_s_per_token)]
     priced = [(marginal_j(curve, c), -c.running, c.order, c) for c in within]
     cost, _, _, c = min(priced)
     alone = [p[0] for p in priced if p[3].running == 0]
