@@ -19,6 +19,7 @@ from pathlib import Path
 
 from app.catalog import load_catalog
 from app.routing import LengthBook, build_router
+from bench.gpu_common import project_commit
 from bench.workload import mixed_prompts
 from router.decision import Query
 from router.features import estimate_tokens
@@ -50,7 +51,8 @@ def main() -> None:
         rows.append({"quality_target": target, "savings_vs_large": 1 - auto_j / large_j,
                      "quality_ratio_vs_large": auto_q / large_q, "to_small": small / len(prompts)})
     out = ROOT / "bench" / "results" / "tolerance-sweep.json"
-    out.write_text(json.dumps({"source": "estimate (H200 nvml curves, concurrency 1)",
+    out.write_text(json.dumps({"commit": project_commit(),
+                               "source": "estimate (H200 nvml curves, concurrency 1)",
                                "answer_tokens": {"direct": 64, "cot": 192},
                                "n": len(prompts), "rows": rows}, indent=2) + "\n")
     import matplotlib
