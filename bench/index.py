@@ -326,14 +326,14 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gpu-routing-chat-traffic-h100.json": ("PHASES=replay WORKLOADS=chat-traffic bash "
                                            "bench/run_h200.sh (device tool, an H100)",
                                            "the chat-traffic replay on an H100 with the "
-                                           "router retrained at stop 40 (held-out workload), "
-                                           "c=1 and c=8 (nvml)", ""),
+                                           "router as shipped (held-out workload), priced "
+                                           "by the H200 curves, c=1 and c=8 (nvml)", ""),
     "gpu-routing-chat-traffic-h100.png": ("same", "gpu-routing-chat-traffic-h100.json as a "
                                           "picture", ""),
     "gpu-routing-benchmark-mix-h100.json": ("PHASES=replay WORKLOADS=benchmark-mix bash "
                                             "bench/run_h200.sh (device tool, an H100)",
                                             "the benchmark-mix replay on an H100 with the "
-                                            "router retrained at stop 40, c=1 and c=8 (nvml)",
+                                            "router as shipped, c=1 and c=8 (nvml)",
                                             ""),
     "gpu-routing-benchmark-mix-h100.png": ("same", "gpu-routing-benchmark-mix-h100.json as a "
                                            "picture", ""),
@@ -396,9 +396,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                           "always-large-no-thinking and always-small-thinking on the "
                           "chat-traffic workload, c=1 and c=8 (nvml; quality expected)", ""),
     "gpu-thinking.png": ("same", "gpu-thinking.json as a picture", ""),
-    "gpu-thinking-h100.json": ("N1=24 N8=40 bash bench/run_h200_thinking.sh (device tool, "
-                               "an H100)", "the thinking replay with the router as shipped "
-                               "(26053f6), priced by the H200 curves: auto against "
+    "gpu-thinking-h100.json": ("bash bench/run_h200_thinking.sh (device tool, an H100)",
+                               "the thinking replay with the router as shipped, "
+                               "priced by the H200 curves: auto against "
                                "always-large-thinking, -no-thinking and small-thinking, "
                                "chat-traffic, c=1 and c=8 (nvml; quality expected)", ""),
     "gpu-thinking-h100.png": ("same", "gpu-thinking-h100.json as a picture", ""),
