@@ -141,15 +141,16 @@ def _litellm(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
 
 
 def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1,
-              cores: set[int] | None = None, python: list[str] | None = None
-              ) -> subprocess.Popen[bytes]:
+              cores: set[int] | None = None, python: list[str] | None = None,
+              url: str | None = None) -> subprocess.Popen[bytes]:
     """`joulegate serve [--workers N]` of the checkout at `root`, both tiers on the
-    fixed upstream; `python`: the interpreter's command line (e.g. under cProfile)."""
+    fixed upstream (`url`: on that worker instead); `python`: the interpreter's
+    command line (e.g. under cProfile)."""
     shipped = yaml.safe_load((root / "models.yaml").read_text())
     # Checkouts from before admission control have no per-replica limit to set.
     limit = "max_concurrency" in (root / "app" / "catalog.py").read_text()
     for b in shipped["backends"]:
-        replica = {"url": f"http://127.0.0.1:{upstream}/sse", "device": "local-cpu"}
+        replica = {"url": url or f"http://127.0.0.1:{upstream}/sse", "device": "local-cpu"}
         b["replicas"] = [{**replica, "max_concurrency": 256} if limit else replica]
         b["curves"] = str(root / b["curves"])
     shipped["devices"][0]["source"] = "estimate"

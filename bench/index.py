@@ -445,8 +445,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "memory.json": ("python -m bench.memory", "RSS over 100,000 requests", ""),
     "metric-updates.json": ("python -m bench.metric_updates",
                             "a request's metric updates, direct against batched", ""),
-    "overhead.json": ("python -m bench.overhead 300 (after make run)",
-                      "latency the gateway adds in front of real CPU workers", ""),
+    "overhead.json": ("python -m bench.overhead",
+                      "latency the gateway adds in front of a real worker (SmolLM2 on "
+                      "llama-server, one token, one request at a time), from the client "
+                      "and as x-joulegate-overhead-ms reports it", ""),
     "profile-auto-c50.json": ("python -m bench.profile_gateway --model auto --connections 50",
                               "py-spy profile of auto at c=50", ""),
     "profile-auto-c50-gil.json": ("python -m bench.profile_gateway --model auto "

@@ -1,24 +1,39 @@
-"""Latency the gateway adds: the same request direct to a worker and through joulegate.
+"""Latency the gateway adds in front of a real worker, seen from the client and
+as the gateway reports it (`x-joulegate-overhead-ms`).
 
-Needs the `make run` setup (workers on :8101/:8102, gateway on :8000). Sends
-N tiny chat requests (max_tokens 1) alternately direct and through the
-gateway (forced to the small tier, so routing is not timed here; see
-bench/route_latency.py), one at a time over keep-alive connections.
+Starts its own llama-server with the real SmolLM2-135M-Instruct
+(workers/local.real_model) and `joulegate serve` (both tiers on that worker,
+the `estimate` source) on free ports, then sends N chat requests one at a
+time over keep-alive connections, in turns direct to the worker and through
+the gateway forced to the small tier (routing is timed by
+bench/route_latency.py), and direct streamed (what the gateway asks the
+worker for), greedy, one answer token by default (the same prompt
+each time: the worker's prompt cache leaves one decoding step, the least
+worker time to hide the gateway's in). Also the gateway process's CPU share
+of one core over the timed part, its background threads included.
 
-    python -m bench.overhead [N]   ->  bench/results/overhead.json
+    python -m bench.overhead [--requests N] [--tokens T]  ->  bench/results/overhead.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
-import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from app.tools.embedded import free_port
+from bench.gateways import joulegate
+from bench.gpu_common import project_commit
+from bench.process import tree_cpu_s
+from workers.local import ROOT, llama_server, real_model, spawn, stop, wait_healthy
+
+PROMPT = "What is the capital of France? Answer in one word."
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -26,33 +41,75 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-    direct, via = [], []
-    with httpx.Client(timeout=30) as client:
-        for _ in range(20):  # warm-up
-            client.post("http://127.0.0.1:8101/v1/chat/completions", json=body)
-            client.post("http://127.0.0.1:8000/v1/chat/completions",
-                        json={**body, "model": "small"})
+def summary(xs: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(xs), 3), "p99": round(pct(xs, 0.99), 3)}
+
+
+def measure(worker: str, gateway: str, gateway_pid: int, n: int, tokens: int
+            ) -> dict[str, object]:
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": tokens,
+            "temperature": 0, "seed": 1}
+    direct_ms: list[float] = []
+    streamed_ms: list[float] = []  # what the gateway asks the worker for
+    via_ms: list[float] = []
+    header_ms: list[float] = []
+    with httpx.Client(timeout=60) as client:
+        def timed(url: str, payload: dict[str, object]) -> tuple[float, httpx.Response]:
+            t0 = time.perf_counter()
+            r = client.post(url + "/v1/chat/completions", json=payload)
+            r.raise_for_status()
+            return 1000.0 * (time.perf_counter() - t0), r
+
+        for _ in range(20):  # warm-up: connections, caches, the worker's prompt cache
+            timed(worker, body)
+            timed(gateway, {**body, "model": "small"})
+        cpu0, wall0 = tree_cpu_s(gateway_pid), time.monotonic()
         for _ in range(n):
-            t0 = time.perf_counter()
-            client.post("http://127.0.0.1:8101/v1/chat/completions", json=body).raise_for_status()
-            direct.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            client.post("http://127.0.0.1:8000/v1/chat/completions",
-                        json={**body, "model": "small"}).raise_for_status()
-            via.append(time.perf_counter() - t0)
-    ms = 1000.0
-    result = {
-        "requests_each": n,
-        "direct_ms_median": ms * statistics.median(direct), "direct_ms_p99": ms * pct(direct, .99),
-        "gateway_ms_median": ms * statistics.median(via), "gateway_ms_p99": ms * pct(via, .99),
-        "added_ms_median": ms * (statistics.median(via) - statistics.median(direct)),
-        "added_ms_p99": ms * (pct(via, .99) - pct(direct, .99)),
-        "machine": "2-core development machine, worker tiny-small on CPU, sequential",
-    }
-    (ROOT / "bench" / "results" / "overhead.json").write_text(json.dumps(result, indent=2) + "\n")
+            ms, _ = timed(worker, body)
+            direct_ms.append(ms)
+            ms, _ = timed(worker, {**body, "stream": True})
+            streamed_ms.append(ms)
+            ms, r = timed(gateway, {**body, "model": "small"})
+            via_ms.append(ms)
+            header_ms.append(float(r.headers["x-joulegate-overhead-ms"]))
+        cpu_s, wall_s = tree_cpu_s(gateway_pid) - cpu0, time.monotonic() - wall0
+    added = [v - d for d, v in zip(direct_ms, via_ms, strict=True)]
+    return {"direct_ms": summary(direct_ms), "direct_streamed_ms": summary(streamed_ms),
+            "gateway_ms": summary(via_ms),
+            "added_ms_pairwise": summary(added),
+            "added_ms_median_of_medians": round(statistics.median(via_ms)
+                                                - statistics.median(direct_ms), 3),
+            "added_over_streamed_ms_median_of_medians": round(
+                statistics.median(via_ms) - statistics.median(streamed_ms), 3),
+            "overhead_header_ms": summary(header_ms),
+            "gateway_cpu_share_of_a_core": round(cpu_s / wall_s, 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--tokens", type=int, default=1, help="answer tokens (max_tokens)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "overhead.json")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="joulegate-overhead-"))
+    wport, gport = free_port(), free_port()
+    worker = f"http://127.0.0.1:{wport}"
+    procs = [spawn([str(llama_server()), "-m", str(real_model()), "--host", "127.0.0.1",
+                    "--port", str(wport), "-c", "2048", "-np", "1", "-t", "1", "--metrics",
+                    "--no-webui"], work / "worker.log")]
+    try:
+        wait_healthy(worker + "/health", 120, procs[0])
+        procs.append(joulegate(gport, wport, work, url=worker))
+        gateway = f"http://127.0.0.1:{gport}"
+        wait_healthy(gateway + "/readyz", 60, procs[1])
+        result = {"commit": project_commit(), "machine": f"{os.cpu_count()} cores",
+                  "worker": "llama-server, SmolLM2-135M-Instruct Q4_1, 1 thread, CPU",
+                  "requests_each": args.requests, "answer_tokens": args.tokens,
+                  "order": "in turns: direct, direct streamed, through the gateway",
+                  **measure(worker, gateway, procs[1].pid, args.requests, args.tokens)}
+    finally:
+        stop(procs)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 
