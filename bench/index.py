@@ -562,7 +562,7 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "syscalls.json": ("python -m bench.syscalls",
                       "system calls per forwarded request at c=50 under strace: the "
                       "pass-through 6.2, the forced tier 20.1, auto 21.8 "
-                      "(getpid, journal writes, GIL futexes), with one call's cost", ""),
+                      "(getpid, journal writes, futexes), with one call's cost", ""),
     "server-ab.json": ("python -m bench.server_ab --rounds 3 (pip install granian)",
                        "the ASGI server in turns under the bare pass-through: granian "
                        "0.96x uvicorn's req/s at c=50, 0.60x at c=1; uvicorn kept", ""),
