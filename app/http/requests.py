@@ -111,14 +111,23 @@ class _Common(_LlamaCpp):
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    n: int | None = Field(default=None, ge=1, le=1)
+    # One choice per request: the worker is asked for one answer, and one is metered.
+    n: int | None = Field(default=None, ge=1, json_schema_extra={"maximum": 1})
     # llama.cpp's own length field (it wins over max_tokens there): one cap with
     # the others (app/forward/rewrite.py sends the smallest as max_tokens).
     n_predict: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
-    n_cmpl: int | None = Field(default=None, ge=1, le=1)  # llama.cpp: completions per prompt
+    n_cmpl: int | None = Field(default=None, ge=1,  # llama.cpp: completions per prompt
+                               json_schema_extra={"maximum": 1})
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
 
+    @field_validator("n", "n_cmpl")
+    @classmethod
+    def _one_choice(cls, v: int | None) -> int | None:
+        if v is not None and v > 1:
+            raise ValueError("one choice per request: send it as that many requests "
+                             "(each is routed and metered on its own)")
+        return v
 
     @property
     def token_limit(self) -> int | None:
