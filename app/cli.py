@@ -306,7 +306,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
 
         path = str(Path(tempfile.mkdtemp(prefix="joulegate-agent-")) / "agent.sock")
         token = secrets.token_urlsafe(32)
-        _start_agent(catalog.devices, settings.sample_hz, socket_path=path, token=token)
+        _start_agent(catalog.devices, settings.sample_hz, socket_path=path, token=token,
+                     quiet_hz=settings.sample_hz_quiet)
         env["JOULEGATE_AGENT_URL"] = "http+unix://" + quote(path, safe="")
         env["JOULEGATE_AGENT_TOKEN"] = token
         logging.getLogger("joulegate").warning(
@@ -322,7 +323,8 @@ def _serve_processes(workers: int, settings: Settings, catalog: Catalog, host: s
 
 
 def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1",
-                 port: int = 0, socket_path: str | None = None, token: str | None = None
+                 port: int = 0, socket_path: str | None = None, token: str | None = None,
+                 quiet_hz: float | None = None
                  ) -> tuple[AgentServer, list[Sampler], dict[str, MeteredDevice]]:
     """Meter `devices` (a sampler each) and serve their ledgers at host:port
     (or on the Unix socket `socket_path`), to callers with `token`."""
@@ -333,7 +335,7 @@ def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1
     from telemetry.metrics import Metrics
 
     metered = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in devices}
-    samplers = start_samplers(metered.values(), sample_hz)
+    samplers = start_samplers(metered.values(), sample_hz, quiet_hz)
     server, _ = start_agent(host, port, metered, Metrics(), _new_loop(),
                             socket_path, token)
     return server, samplers, metered
@@ -372,7 +374,8 @@ def _agent(args: argparse.Namespace) -> int:
     wanted = [d for d in catalog.devices if not args.host_name or d.host == args.host_name]
     try:
         server, samplers, devices = _start_agent(wanted, settings.sample_hz, args.host,
-                                                 args.port, token=token)
+                                                 args.port, token=token,
+                                                 quiet_hz=settings.sample_hz_quiet)
     except RuntimeError as exc:
         print(f"joulegate agent: {exc}", file=sys.stderr)
         return 2

@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     # fewest expected joules (`auto`); 1 turns steering off.
     budget_steer_at: float = Field(default=0.8, gt=0, le=1)
     sample_hz: float = Field(default=20.0, gt=0, le=100)
+    # While at most a few requests run on a device (telemetry/sampler.py)
+    sample_hz_quiet: float = Field(default=100.0, gt=0, le=100)
     agent_url: str | None = None
     # The token gateways send to their agent and the agent requires (window
     # calls); or a file holding it (`joulegate agent` creates it when missing:

@@ -51,9 +51,11 @@ class MeteredDevice:
         return DeviceView(self.spec.name, self.spec.host, self.reader.source, self.ledger.totals)
 
 
-def start_samplers(devices: Iterable[MeteredDevice], hz: float) -> list[Sampler]:
-    """One running sampler thread per device, feeding its ledger."""
-    samplers = [Sampler(d.reader, d.ledger, hz) for d in devices]
+def start_samplers(devices: Iterable[MeteredDevice], hz: float,
+                   quiet_hz: float | None = None) -> list[Sampler]:
+    """One running sampler thread per device, feeding its ledger (at `quiet_hz`
+    while few requests run on it: telemetry/sampler.py)."""
+    samplers = [Sampler(d.reader, d.ledger, hz, quiet_hz=quiet_hz) for d in devices]
     for s in samplers:
         s.start()
     return samplers

@@ -4,6 +4,14 @@ It reads the device's counter at `hz` (10-20 Hz sees every ~100 ms NVML step),
 keeps a bounded ring of (time, counter, power) samples, feeds the ledger, and
 survives reader errors: a failing counter never fails a request, it shows up
 as `errors` and as requests whose figure stays provisional.
+
+While at most QUIET_OPEN requests run on the device and the interpreter is
+free (the thread wakes on time), it reads at `quiet_hz` instead: each
+counter step then settles the few requests answered since the last one, a
+short hold of the interpreter rather than one that stalls the request in
+flight for milliseconds. Under load (many requests running, or an event
+loop that keeps the interpreter busy) each extra step costs the requests
+CPU, so it reads at `hz`.
 """
 
 from __future__ import annotations
@@ -27,13 +35,21 @@ class Sample:
     power_w: float | None
 
 
+QUIET_OPEN = 4  # requests running on the device, at most, to read at quiet_hz
+BUSY_LATE_S = 0.001  # woken this late on average: the interpreter is busy
+LATE_WEIGHT = 0.2  # of the newest wake in that average
+
+
 class Sampler:
     def __init__(
-        self, reader: EnergyReader, ledger: Ledger, hz: float = 20.0, ring: int = 4096
+        self, reader: EnergyReader, ledger: Ledger, hz: float = 20.0, ring: int = 4096,
+        quiet_hz: float | None = None,
     ) -> None:
         self.reader = reader
         self.ledger = ledger
         self._period_s = 1.0 / hz
+        self._quiet_period_s = 1.0 / max(hz, quiet_hz or hz)
+        self._late_s = 0.0  # how late the thread wakes, averaged
         self.samples: deque[Sample] = deque(maxlen=ring)
         self.errors = 0
         self.reads = 0
@@ -58,15 +74,24 @@ class Sampler:
         self.ledger.ingest(s.t, s.counter_j, s.power_w)
         return s
 
+    def quiet(self) -> bool:
+        """Whether to read at `quiet_hz` next: few requests run on the device and
+        the interpreter has been free (this thread woke on time)."""
+        return self._late_s < BUSY_LATE_S and self.ledger.open_windows <= QUIET_OPEN
+
     def _run(self) -> None:
         next_t = time.monotonic()
         while not self._stop.is_set():
+            # How late this thread woke: mostly the wait for the interpreter, which
+            # a busy event loop holds (up to the 5 ms switch interval at a time).
+            late = max(0.0, time.monotonic() - next_t)
+            self._late_s += LATE_WEIGHT * (late - self._late_s)
             try:
                 self.sample_once()
             except Exception:  # never let the thread die; the ledger must keep going
                 self.errors += 1
                 log.exception("sampler error")
-            next_t += self._period_s
+            next_t += self._quiet_period_s if self.quiet() else self._period_s
             delay = next_t - time.monotonic()
             if delay < 0:  # fell behind (slow reads): skip, don't burst
                 next_t = time.monotonic()

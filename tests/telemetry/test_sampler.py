@@ -1,11 +1,13 @@
-"""The sampler thread survives reader errors and keeps a bounded ring."""
+"""The sampler thread survives reader errors, keeps a bounded ring, and
+reads faster while the device and the interpreter are quiet."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from telemetry.ledger import Ledger
-from telemetry.sampler import Sampler
+from telemetry.sampler import QUIET_OPEN, Sampler
 from tests.telemetry.fakes import SteppingCounter
 
 
@@ -29,3 +31,57 @@ def test_sampler_survives_reader_errors_and_recovers() -> None:
     assert len(sampler.samples) == 16  # bounded
     assert ledger.totals().measured_j > 0
     assert sampler.samples[-1].t > time.monotonic() - 0.2  # still sampling after errors
+
+
+def _reads_per_s(sampler: Sampler, seconds: float) -> float:
+    before = sampler.reads
+    time.sleep(seconds)
+    return (sampler.reads - before) / seconds
+
+
+def test_reads_fast_while_quiet_and_slow_with_many_requests_running() -> None:
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02)
+    counter._next_step = counter._t = time.monotonic()
+    ledger = Ledger("nvml", idle_power_w=100.0)
+    sampler = Sampler(counter, ledger, hz=10, quiet_hz=100)
+    sampler.start()
+    try:
+        time.sleep(0.1)
+        quiet = _reads_per_s(sampler, 0.5)
+        windows = [ledger.open() for _ in range(QUIET_OPEN + 1)]
+        time.sleep(0.15)
+        busy = _reads_per_s(sampler, 0.6)
+        for w in windows:
+            ledger.abandon(w)
+        time.sleep(0.15)
+        again = _reads_per_s(sampler, 0.5)
+    finally:
+        sampler.stop()
+    assert quiet > 50 and again > 50  # ~100 a second
+    assert busy < 20  # ~10 a second
+
+
+def test_reads_slowly_while_the_interpreter_is_held() -> None:
+    """A thread that keeps the interpreter (as a loaded event loop does) makes
+    the sampler wake late: it falls back to `hz`, few requests running or not."""
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02)
+    counter._next_step = counter._t = time.monotonic()
+    sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=10, quiet_hz=100)
+    stop = threading.Event()
+
+    def spin() -> None:  # pure Python: gives the interpreter up only when made to
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    spinner = threading.Thread(target=spin)
+    sampler.start()
+    try:
+        time.sleep(0.1)
+        spinner.start()
+        time.sleep(0.3)
+        assert not sampler.quiet()
+    finally:
+        stop.set()
+        spinner.join()
+        sampler.stop()
