@@ -73,6 +73,17 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-qualities-numpy-auto-c50.json": (AB + " --rounds 3 --connections 50 --model auto",
                                          "the router's per-action qualities as one numpy "
                                          "product: -4% req/s, not kept", ""),
+    "ab-quiet-sampling-c1.json": (AB + " --rounds 4 --seconds 6", "the sampler at 100 Hz "
+                                  "while at most 4 requests run and it wakes on time: p99 at "
+                                  "c=1 1.97 -> 1.38 ms, every round", ""),
+    "ab-quiet-sampling-c50.json": (AB + " --rounds 4 --seconds 6 --connections 50",
+                                   "the same at c=50, forced tier (the sampler reads at 20 Hz "
+                                   "there either way): 2,309 -> 2,109 req/s, 3 rounds of 4 "
+                                   "lower; an A/B of the same change before its commit: 2,152 "
+                                   "-> 2,164", ""),
+    "ab-quiet-sampling-auto-c50.json": (AB + " --rounds 4 --seconds 6 --connections 50 "
+                                        "--model auto", "the same with auto at c=50: 1,351 -> "
+                                        "1,345 req/s", ""),
     "ab-spread-finals-c1.json": (AB + " --rounds 4", "final figures given 4 per turn of the "
                                  "loop: p99 at c=1", ""),
     "ab-spread-finals-c50.json": (AB + " --rounds 3 --connections 50", "final figures given 4 "
