@@ -86,12 +86,14 @@ class Sampler:
             # a busy event loop holds (up to the 5 ms switch interval at a time).
             late = max(0.0, time.monotonic() - next_t)
             self._late_s += LATE_WEIGHT * (late - self._late_s)
+            quiet = False
             try:
                 self.sample_once()
+                quiet = self.quiet()
             except Exception:  # never let the thread die; the ledger must keep going
                 self.errors += 1
                 log.exception("sampler error")
-            next_t += self._quiet_period_s if self.quiet() else self._period_s
+            next_t += self._quiet_period_s if quiet else self._period_s
             delay = next_t - time.monotonic()
             if delay < 0:  # fell behind (slow reads): skip, don't burst
                 next_t = time.monotonic()
