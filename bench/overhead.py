@@ -53,26 +53,38 @@ def measure(worker: str, gateway: str, gateway_pid: int, n: int, tokens: int
     streamed_ms: list[float] = []  # what the gateway asks the worker for
     via_ms: list[float] = []
     header_ms: list[float] = []
+    failed: dict[str, int] = {}  # a turn with a failed request is counted, not timed
     with httpx.Client(timeout=60) as client:
-        def timed(url: str, payload: dict[str, object]) -> tuple[float, httpx.Response]:
+        def timed(name: str, url: str, payload: dict[str, object]
+                  ) -> tuple[float, httpx.Response] | None:
             t0 = time.perf_counter()
-            r = client.post(url + "/v1/chat/completions", json=payload)
-            r.raise_for_status()
+            try:
+                r = client.post(url + "/v1/chat/completions", json=payload)
+            except httpx.HTTPError:
+                r = None
+            if r is None or r.status_code != 200:
+                failed[name] = failed.get(name, 0) + 1
+                return None
             return 1000.0 * (time.perf_counter() - t0), r
 
         for _ in range(20):  # warm-up: connections, caches, the worker's prompt cache
-            timed(worker, body)
-            timed(gateway, {**body, "model": "small"})
+            timed("warm-up", worker, body)
+            timed("warm-up", gateway, {**body, "model": "small"})
+        failed.clear()
         cpu0, wall0 = tree_cpu_s(gateway_pid), time.monotonic()
         for _ in range(n):
-            ms, _ = timed(worker, body)
-            direct_ms.append(ms)
-            ms, _ = timed(worker, {**body, "stream": True})
-            streamed_ms.append(ms)
-            ms, r = timed(gateway, {**body, "model": "small"})
-            via_ms.append(ms)
-            header_ms.append(float(r.headers["x-joulegate-overhead-ms"]))
+            d = timed("direct", worker, body)
+            s = timed("direct streamed", worker, {**body, "stream": True})
+            v = timed("gateway", gateway, {**body, "model": "small"})
+            if d is None or s is None or v is None:
+                continue
+            direct_ms.append(d[0])
+            streamed_ms.append(s[0])
+            via_ms.append(v[0])
+            header_ms.append(float(v[1].headers["x-joulegate-overhead-ms"]))
         cpu_s, wall_s = tree_cpu_s(gateway_pid) - cpu0, time.monotonic() - wall0
+    if not via_ms:
+        return {"failed": failed}
     added = [v - d for d, v in zip(direct_ms, via_ms, strict=True)]
     return {"direct_ms": summary(direct_ms), "direct_streamed_ms": summary(streamed_ms),
             "gateway_ms": summary(via_ms),
@@ -82,7 +94,7 @@ def measure(worker: str, gateway: str, gateway_pid: int, n: int, tokens: int
             "added_over_streamed_ms_median_of_medians": round(
                 statistics.median(via_ms) - statistics.median(streamed_ms), 3),
             "overhead_header_ms": summary(header_ms),
-            "gateway_cpu_share_of_a_core": round(cpu_s / wall_s, 4)}
+            "gateway_cpu_share_of_a_core": round(cpu_s / wall_s, 4), "failed": failed}
 
 
 def main() -> None:

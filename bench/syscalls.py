@@ -53,11 +53,9 @@ def parse_strace(text: str, requests: float) -> dict[str, float]:
     per: dict[str, float] = {}
     for line in text.splitlines():
         fields = line.split()
-        # % time, seconds, usecs/call, calls, [errors,] syscall
-        if len(fields) >= 5 and fields[3].isdigit() and not line.startswith("100.00"):
+        # % time, seconds, usecs/call, calls, [errors,] syscall (the last row: total)
+        if len(fields) >= 5 and fields[3].isdigit():
             per[fields[-1]] = int(fields[3]) / requests
-        elif fields and fields[-1] == "total" and len(fields) >= 4 and fields[3].isdigit():
-            per["total"] = int(fields[3]) / requests
     return {k: round(v, 2) for k, v in sorted(per.items(), key=lambda kv: -kv[1])
             if v >= 0.01 or k == "total"}
 
