@@ -9,7 +9,9 @@ in front of it (`joulegate serve`, its own process, estimate meter), and the
 LiteLLM proxy (one worker, installed by this script into its own venv under
 ~/.cache/joulegate/litellm-venv, never a project dependency), then runs wrk
 (one thread) at 1 and 50 connections: joulegate with a forced tier and
-`auto`, each streamed and not, and `serve --workers 2` with a forced tier;
+`auto`, each streamed and not, one process metered by `joulegate agent`
+(a process of its own, as compose and Kubernetes deploy it; its CPU counted
+with the gateway's), and `serve --workers 2` with a forced tier;
 LiteLLM non-streamed. Needs `apt-get install nginx-light
 wrk` (root: done by the script when missing). All in one run, same machine.
 
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -54,6 +57,7 @@ LITELLM_KEY = "sk-joulegate-bench-0123456789abcdef"  # a local benchmark's throw
 # --pin: the gateways' cores by process count, then nginx's and wrk's
 PINNED = {1: {0, 1}, 2: {0, 1}, 4: {0, 1, 2, 3}}
 NGINX_CORES, WRK_CORES = {6}, {7}
+COMPANION = {"joulegate_agent": "agent"}  # a target's other process, whose CPU counts too
 CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "fixed"}
 
 
@@ -140,12 +144,10 @@ def _litellm(port: int, upstream: int, work: Path) -> subprocess.Popen[bytes]:
                             stdout=(work / "litellm.log").open("wb"), stderr=subprocess.STDOUT)
 
 
-def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1,
-              cores: set[int] | None = None, python: list[str] | None = None,
-              url: str | None = None) -> subprocess.Popen[bytes]:
-    """`joulegate serve [--workers N]` of the checkout at `root`, both tiers on the
-    fixed upstream (`url`: on that worker instead); `python`: the interpreter's
-    command line (e.g. under cProfile)."""
+def models_file(port: int, upstream: int, work: Path, root: Path = ROOT,
+                url: str | None = None) -> Path:
+    """The models.yaml of the gateway on `port`: the checkout's, both tiers on the
+    fixed upstream (`url`: on that worker instead), metered by the estimate."""
     shipped = yaml.safe_load((root / "models.yaml").read_text())
     # Checkouts from before admission control have no per-replica limit to set.
     limit = "max_concurrency" in (root / "app" / "catalog.py").read_text()
@@ -157,6 +159,18 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
     shipped["routing"]["lengths_file"] = None
     models = work / f"models-{port}.yaml"
     models.write_text(yaml.safe_dump(shipped))
+    return models
+
+
+def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1,
+              cores: set[int] | None = None, python: list[str] | None = None,
+              url: str | None = None, agent: tuple[int, str] | None = None
+              ) -> subprocess.Popen[bytes]:
+    """`joulegate serve [--workers N]` of the checkout at `root`, both tiers on the
+    fixed upstream (`url`: on that worker instead); `python`: the interpreter's
+    command line (e.g. under cProfile); `agent`: (port, token) of a `joulegate
+    agent` on this machine that meters it (else it meters itself)."""
+    models = models_file(port, upstream, work, root, url)
     # A state directory of its own: the checkout's .joulegate (keys, usage
     # database) is neither read nor grown by benchmarks.
     state = work / f"state-{port}"
@@ -164,10 +178,25 @@ def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: 
                JOULEGATE_LOG_LEVEL="warning", JOULEGATE_STATE_DIR=str(state),
                PYTHONPATH=os.pathsep.join(filter(None, [str(root),
                                                         os.environ.get("PYTHONPATH")])))
+    if agent is not None:
+        env.update(JOULEGATE_AGENT_URL=f"http://127.0.0.1:{agent[0]}",
+                   JOULEGATE_AGENT_TOKEN=agent[1])
     extra = ["--workers", str(workers)] if workers > 1 else []
     return subprocess.Popen([*(python or [sys.executable]), "-m", "app.cli", "serve", *extra],
                             env=env, cwd=root,
                             stdout=(work / f"joulegate-{port}.log").open("wb"),
+                            stderr=subprocess.STDOUT, preexec_fn=pinned(cores))
+
+
+def agent_process(port: int, models: Path, token: str, work: Path,
+                  cores: set[int] | None = None) -> subprocess.Popen[bytes]:
+    """`joulegate agent` on `port`, metering the devices of `models` for gateways
+    that send `token` (compose's and Kubernetes' layout: the agent a process
+    of its own next to the devices)."""
+    env = dict(os.environ, JOULEGATE_AGENT_TOKEN=token, JOULEGATE_LOG_LEVEL="warning")
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "agent", "--models", str(models),
+                             "--port", str(port)], env=env, cwd=ROOT,
+                            stdout=(work / f"agent-{port}.log").open("wb"),
                             stderr=subprocess.STDOUT, preexec_fn=pinned(cores))
 
 
@@ -228,6 +257,15 @@ def main() -> None:
         name = "joulegate" if n == 1 else f"joulegate{n}"
         ports[name] = free_port()
         procs[name] = joulegate(ports[name], upstream, work, workers=n, cores=pin(PINNED[n]))
+    # One gateway process metered by `joulegate agent`, a process of its own (the
+    # deployed layout), on the one-process gateway's cores.
+    ports["joulegate_agent"], agent_port = free_port(), free_port()
+    token = secrets.token_urlsafe(24)
+    procs["agent"] = agent_process(agent_port, models_file(ports["joulegate_agent"], upstream,
+                                                            work), token, work, pin(PINNED[1]))
+    procs["joulegate_agent"] = joulegate(ports["joulegate_agent"], upstream, work,
+                                         cores=pin(PINNED[1]), agent=(agent_port, token))
+    ports["agent"] = agent_port
     for n in gateways:  # the pass-through in as many processes, for like-for-like ratios
         name = "passthrough" if n == 1 else f"passthrough{n}"
         ports[name] = free_port()
@@ -241,13 +279,14 @@ def main() -> None:
                                "seconds": args.seconds, "tool": "wrk -t1",
                                "rounds": args.rounds, "runs": {}}
     if args.pin:
-        results["cores"] = {"joulegate, 1 process": sorted(PINNED[1]),
+        results["cores"] = {"joulegate, 1 process (and the one with an agent, and that agent)":
+                            sorted(PINNED[1]),
                             "joulegate, 2 processes and their agent": sorted(PINNED[2]),
                             "joulegate, 4 processes and their agent": sorted(PINNED[4]),
                             "nginx": sorted(NGINX_CORES), "wrk": sorted(WRK_CORES)}
     try:
         for name, proc in procs.items():
-            path = "/health/liveliness" if name == "litellm" else "/readyz"
+            path = {"litellm": "/health/liveliness", "agent": "/healthz"}.get(name, "/readyz")
             wait_healthy(base[name] + path, 180 if name == "litellm" else 60, proc)
         if "litellm" in procs:
             results["litellm_version"] = subprocess.run(
@@ -264,6 +303,8 @@ def main() -> None:
                  ("joulegate forced tier, streamed", "joulegate", chat,
                   {"model": "small", "stream": True}),
                  ("joulegate auto, streamed", "joulegate", chat, {"model": "auto", "stream": True}),
+                 ("joulegate forced tier, with an agent", "joulegate_agent", chat,
+                  {"model": "small"}),
                  *((f"joulegate forced tier, {n} processes", f"joulegate{n}", chat,
                     {"model": "small"}) for n in gateways[1:]),
                  *((f"FastAPI pass-through, {n} processes", f"passthrough{n}", chat,
@@ -278,13 +319,14 @@ def main() -> None:
                 for connections in (1, 50):
                     key = f"{name} c={connections}"
                     bearer = LITELLM_KEY if target == "litellm" else None
-                    measured = procs.get(target)
-                    before = tree_cpu_s(measured.pid) if measured else 0.0
+                    # CPU of the target's processes (its agent's with it)
+                    measured = [procs[t] for t in (target, COMPANION.get(target)) if t in procs]
+                    before = sum(tree_cpu_s(m.pid) for m in measured)
                     run = wrk(base[target] + path, connections, args.seconds, body, work,
                               bearer, pin(WRK_CORES))
-                    if measured is not None and run["req_per_s"]:
+                    if measured and run["req_per_s"]:
                         run["cpu_ms_per_request"] = round(
-                            1000 * (tree_cpu_s(measured.pid) - before)
+                            1000 * (sum(tree_cpu_s(m.pid) for m in measured) - before)
                             / (run["req_per_s"] * args.seconds), 4)
                     runs[key] = run
                     print(f"round {r + 1}", key, run, flush=True)
