@@ -176,8 +176,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "cprofile-auto-c50.json": ("python -m bench.cprofile_gateway --model auto",
                                "the same under auto", ""),
     "gateways.json": ("python -m bench.gateways --seconds 8 --rounds 3",
-                      "nginx, a bare FastAPI pass-through (1 and 2 processes), joulegate and "
-                      "LiteLLM side by side on this VM", ""),
+                      "nginx, a bare FastAPI pass-through (1 and 2 processes), joulegate (also "
+                      "metered by a `joulegate agent` process) and LiteLLM side by side on "
+                      "this VM", ""),
     "gateways.png": ("same", "gateways.json as a picture", ""),
     "gpu-routing-long-documents-c8-split-prompt-h100.json": (
         "JOULEGATE_COMMIT=20658a3 SPLIT=1 SECOND=prompt CONCURRENCY=8 N=50 "

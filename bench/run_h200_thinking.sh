@@ -9,12 +9,18 @@
 #   3. replay    -> gpu-thinking.json (+ .png), concurrency 1 then 8.
 # A phase is done when its result is under /tmp/jg/res on a warm machine (or
 # in bench/results/, with curves/h200/ holding the curves). Results go to $OUT.
+# FORCE="replay" (or "calibrate replay") runs those phases again even so.
 set -euo pipefail
+force="${FORCE:-}"
 LIMIT_S=570 SETUP_MODELS="qwen3-1.7b qwen3-8b"
 # shellcheck source=bench/device_prelude.sh
 . bench/device_prelude.sh
 mkdir -p /tmp/jg/curves
-for f in gpu-thinking-curves.json gpu-thinking.json; do
+for phase in calibrate replay; do
+  f=gpu-thinking.json; [ "$phase" = calibrate ] && f=gpu-thinking-curves.json
+  if [[ " $force " == *" $phase "* ]]; then
+    rm -f "/tmp/jg/res/$f"; continue  # asked for again: what is there does not count
+  fi
   [ -f "bench/results/$f" ] && [ ! -f "/tmp/jg/res/$f" ] && cp "bench/results/$f" /tmp/jg/res/
 done
 cp -n curves/h200/qwen3-*.json /tmp/jg/curves/ 2>/dev/null || true
