@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -23,8 +25,19 @@ AGENT_TIMEOUT_S = 10.0  # one batch exchange with an agent
 MAX_BATCH_BYTES = 4 * 1024 * 1024  # a batch's calls, encoded (the agent takes 16 MiB)
 SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counter step)
 CLOSE_WAIT_S = 0.25  # the longest an answer waits for its window's provisional figure
+WARN_EVERY_S = 30.0  # while an agent fails, how often the log says so again
+DOWN_POLL_S = 1.0  # while an agent fails, how often the final figures are asked for
 
 Curve = tuple[float, ...] | None  # an operating curve's coefficients (None: token counts)
+
+
+@dataclass
+class Outage:
+    """An agent failing since `since_s` (time.monotonic())."""
+
+    since_s: float
+    warned_s: float
+    failed: int
 
 
 class AgentCalls:
@@ -44,6 +57,8 @@ class AgentCalls:
         self._opening: dict[tuple[str, Curve], list[str]] = {}
         self._sender: asyncio.Task[None] | None = None
         self.exchanges = 0  # batches sent (tests, benchmarks)
+        self.failed = 0  # exchanges that got no batch answer
+        self._outage: Outage | None = None
 
     async def call(self, call: dict[str, Any]) -> Any:
         """The call's answer body, or None when it failed (logged)."""
@@ -128,21 +143,48 @@ class AgentCalls:
             async with asyncio.timeout(AGENT_TIMEOUT_S):
                 raw, status = await self._post(payload)
         except (UpstreamError, TimeoutError) as exc:
-            log.warning("agent %s: %s", self._url, exc or "no answer in time")
+            self._failed(str(exc) or "no answer in time")
             return none
         if status != 200:
-            log.warning("agent %s answered %d%s", self._url, status,
-                        " (set JOULEGATE_AGENT_TOKEN to the agent's token)"
-                        if status == 401 else "")
+            self._failed(f"answered {status}" + (" (set JOULEGATE_AGENT_TOKEN to the agent's "
+                                                 "token)" if status == 401 else ""))
             return none
         try:
             bodies = protocol.batch_bodies(loads(raw), calls)
         except ValueError:
             bodies = None
         if bodies is None:
-            log.warning("agent %s: not a batch answer", self._url)
+            self._failed("not a batch answer")
             return none
+        if self._outage is not None:
+            log.warning("agent %s answers again, after %d failed exchanges in %.1f s",
+                        self._url, self._outage.failed, time.monotonic() - self._outage.since_s)
+            self._outage = None
         return bodies
+
+    @property
+    def down(self) -> bool:
+        """Whether the last exchange got no answer (the agent is failing)."""
+        return self._outage is not None
+
+    def _failed(self, why: str) -> None:
+        """One exchange that got no answer: logged when an outage starts, then
+        once every WARN_EVERY_S while it lasts (not once per exchange: an
+        agent that is down under load would write hundreds of lines a second)."""
+        self.failed += 1
+        now = time.monotonic()
+        outage = self._outage
+        if outage is None:
+            self._outage = Outage(since_s=now, warned_s=now, failed=1)
+            log.warning("agent %s: %s; requests go on without energy figures until it "
+                        "answers (said again every %.0f s while it lasts)", self._url, why,
+                        WARN_EVERY_S)
+            return
+        outage.failed += 1
+        if now - outage.warned_s >= WARN_EVERY_S:
+            outage.warned_s = now
+            log.warning("agent %s: still no answer (%d exchanges failed in %.0f s): %s",
+                        self._url, outage.failed, now - outage.since_s, why)
 
     async def _post(self, payload: bytes) -> tuple[bytes, int]:
         r = await self._upstream.post_again_if_reset(self._url, payload, self._headers)
@@ -176,10 +218,22 @@ class RemoteMeter:
         self._poller: asyncio.Task[None] | None = None
         self._names = WindowNames()
         self._closing: set[asyncio.Future[Any]] = set()  # closes that outlived their wait
+        self._asked_down: dict[str, float] = {}  # device -> last poll of its failing agent
 
     async def _call(self, device: str, call: dict[str, Any]) -> Any:
         agent = self._agents.get(device)
         return None if agent is None else await agent.call(call)
+
+    def _skip(self, device: str, now: float) -> bool:
+        """Whether this poll leaves the device's agent out: it is failing and
+        was asked less than DOWN_POLL_S ago."""
+        agent = self._agents.get(device)
+        if agent is None or not agent.down:
+            return False
+        if now - self._asked_down.get(device, float("-inf")) < DOWN_POLL_S:
+            return True
+        self._asked_down[device] = now
+        return False
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:
@@ -240,8 +294,16 @@ class RemoteMeter:
                 for window in self._waiting.windows():
                     device, wid = split_window(window)
                     asks.setdefault((device, window in due), []).append(wid)
+                # A failing agent is asked once every DOWN_POLL_S, not every poll:
+                # asking about thousands of windows ten times a second, for
+                # no answer, only costs the requests in flight.
+                now = loop.time()
+                skip = {device for device in {d for d, _ in asks} if self._skip(device, now)}
+                asks = {k: wids for k, wids in asks.items() if k[0] not in skip or k[1]}
                 answers = await asyncio.gather(*(
-                    self._call(device, protocol.results_call(device, wids, final_only=not past))
+                    _none() if device in skip
+                    else self._call(device, protocol.results_call(device, wids,
+                                                                  final_only=not past))
                     for (device, past), wids in asks.items()))
                 ready: dict[str, EnergyFigure | None] = {}
                 for ((device, _), wids), answer in zip(asks.items(), answers, strict=True):
@@ -265,3 +327,8 @@ class RemoteMeter:
 
     async def drain(self, timeout_s: float) -> None:
         await self._waiting.drain(timeout_s, lambda window: None)  # the agent may be gone
+
+
+async def _none() -> None:
+    """The answer of an agent that is not asked."""
+    return None
