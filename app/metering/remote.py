@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from app.jsonio import dumps, loads
 from app.metering.meter import Done, Progress, Waiting, split_window
+from app.outage import Outage
 from app.upstream.client import Headers, Upstream, UpstreamError
 from telemetry import protocol
 from telemetry.rates import TOKEN_COUNTS, TokenRates
@@ -29,15 +28,6 @@ WARN_EVERY_S = 30.0  # while an agent fails, how often the log says so again
 DOWN_POLL_S = 1.0  # while an agent fails, how often the final figures are asked for
 
 Curve = tuple[float, ...] | None  # an operating curve's coefficients (None: token counts)
-
-
-@dataclass
-class Outage:
-    """An agent failing since `since_s` (time.monotonic())."""
-
-    since_s: float
-    warned_s: float
-    failed: int
 
 
 class AgentCalls:
@@ -57,8 +47,9 @@ class AgentCalls:
         self._opening: dict[tuple[str, Curve], list[str]] = {}
         self._sender: asyncio.Task[None] | None = None
         self.exchanges = 0  # batches sent (tests, benchmarks)
-        self.failed = 0  # exchanges that got no batch answer
-        self._outage: Outage | None = None
+        self._outage = Outage(log, f"agent {self._url}",
+                              "requests go on without energy figures until it answers",
+                              WARN_EVERY_S)
 
     async def call(self, call: dict[str, Any]) -> Any:
         """The call's answer body, or None when it failed (logged)."""
@@ -143,48 +134,31 @@ class AgentCalls:
             async with asyncio.timeout(AGENT_TIMEOUT_S):
                 raw, status = await self._post(payload)
         except (UpstreamError, TimeoutError) as exc:
-            self._failed(str(exc) or "no answer in time")
+            self._outage.fail(str(exc) or "no answer in time")
             return none
         if status != 200:
-            self._failed(f"answered {status}" + (" (set JOULEGATE_AGENT_TOKEN to the agent's "
-                                                 "token)" if status == 401 else ""))
+            self._outage.fail(f"answered {status}" + (
+                " (set JOULEGATE_AGENT_TOKEN to the agent's token)" if status == 401 else ""))
             return none
         try:
             bodies = protocol.batch_bodies(loads(raw), calls)
         except ValueError:
             bodies = None
         if bodies is None:
-            self._failed("not a batch answer")
+            self._outage.fail("not a batch answer")
             return none
-        if self._outage is not None:
-            log.warning("agent %s answers again, after %d failed exchanges in %.1f s",
-                        self._url, self._outage.failed, time.monotonic() - self._outage.since_s)
-            self._outage = None
+        self._outage.answered()
         return bodies
 
     @property
     def down(self) -> bool:
         """Whether the last exchange got no answer (the agent is failing)."""
-        return self._outage is not None
+        return self._outage.down
 
-    def _failed(self, why: str) -> None:
-        """One exchange that got no answer: logged when an outage starts, then
-        once every WARN_EVERY_S while it lasts (not once per exchange: an
-        agent that is down under load would write hundreds of lines a second)."""
-        self.failed += 1
-        now = time.monotonic()
-        outage = self._outage
-        if outage is None:
-            self._outage = Outage(since_s=now, warned_s=now, failed=1)
-            log.warning("agent %s: %s; requests go on without energy figures until it "
-                        "answers (said again every %.0f s while it lasts)", self._url, why,
-                        WARN_EVERY_S)
-            return
-        outage.failed += 1
-        if now - outage.warned_s >= WARN_EVERY_S:
-            outage.warned_s = now
-            log.warning("agent %s: still no answer (%d exchanges failed in %.0f s): %s",
-                        self._url, outage.failed, now - outage.since_s, why)
+    @property
+    def failed(self) -> int:
+        """Exchanges that got no batch answer."""
+        return self._outage.failures
 
     async def _post(self, payload: bytes) -> tuple[bytes, int]:
         r = await self._upstream.post_again_if_reset(self._url, payload, self._headers)

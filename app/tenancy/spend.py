@@ -10,6 +10,15 @@ few seconds for gateways that share the database), so a budget check is a
 dictionary lookup. With a journal (app/tenancy/journal.py), every answered
 request's row is on local disk from the moment its answer leaves until the
 database has it: a gateway killed with kill -9 loses none.
+
+While the database refuses rows (down, unreachable) they wait in memory, at
+most MAX_UNWRITTEN of them (~300 bytes each); beyond that the oldest are
+kept only in the journal, and written when a gateway next starts (without
+a journal they are lost, and the log says how many). A key whose spend
+cannot be loaded meanwhile counts what this gateway recorded, kept in
+memory like a loaded one (a budget check is still a lookup: summing the
+rows waiting for it on every request took 13 ms each with 200,000 of them),
+and is loaded again once the database answers.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Float, Integer, case, cast, func, select
 
+from app.outage import Outage
 from app.tenancy.database import USAGE, Database, DatabaseError
 from app.tenancy.journal import UsageJournal, recover
 from app.tenancy.keys import ApiKey, BudgetPeriod
@@ -35,6 +45,8 @@ from router.record import record
 
 log = logging.getLogger("joulegate.usage")
 U = USAGE.c
+MAX_UNWRITTEN = 250_000  # rows waiting in memory for the database, at most
+DROP_CHUNK = 25_000  # rows left to the journal at once when there are more
 
 
 @record
@@ -128,7 +140,11 @@ class SpendLedger:
         # key id -> (start of the period last asked about, net joules since then)
         self._spent: dict[str, tuple[float, float]] = {}
         self._unwritten: list[UsageRow] = []  # recorded, not yet committed (FIFO)
+        self.dropped = 0  # rows beyond MAX_UNWRITTEN, left to the journal (or lost)
         self._wanted: dict[str, float] = {}  # key id -> period start, to load
+        self._unloaded: dict[str, float] = {}  # key id -> period start: load when it answers
+        self._refusing = Outage(log, "usage database", "rows wait in memory and in the "
+                                "journal, and are written once it takes them")
         self._thread = threading.Thread(target=self._write, name="joulegate-usage",
                                         daemon=True)
         self._thread.start()
@@ -162,15 +178,23 @@ class SpendLedger:
                 select(func.coalesce(func.sum(U.energy_net_j), 0.0))
                 .where(U.key_id == key_id, U.time >= start)).rows[0][0])
         except DatabaseError as exc:
-            log.warning("cannot read spend of key %s: %s", key_id, exc)
             with self._lock:
                 cached = self._spent.get(key_id)
                 if cached is not None and cached[0] == start:
                     return cached[1]
-                return self._pending(key_id, start)  # what is known; not cached
+                log.warning("cannot read spend of key %s (counting what this gateway "
+                            "recorded until it can): %s", key_id, exc)
+                # What is known, kept like a loaded spend (records add to it)
+                # and loaded again when the database answers.
+                known = self._pending(key_id, start)
+                self._spent[key_id] = (start, known)
+                self._unloaded[key_id] = start
+                return known
         with self._lock:
             total = committed + self._pending(key_id, start)
             self._spent[key_id] = (start, total)
+            if self._unloaded.get(key_id) == start:
+                del self._unloaded[key_id]
             return total
 
     def _pending(self, key_id: str, start: float) -> float:
@@ -197,6 +221,20 @@ class SpendLedger:
             self._unwritten.append(row)
             if len(self._unwritten) == self._batch:
                 self._wake.set()
+            elif len(self._unwritten) > MAX_UNWRITTEN:
+                self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        """The database has taken no rows for a long while: leave the oldest
+        DROP_CHUNK to the journal (under the lock), after the first batch: the
+        writer may be trying those (it removes them itself once written)."""
+        del self._unwritten[self._batch:self._batch + DROP_CHUNK]
+        self.dropped += DROP_CHUNK
+        where = ("kept in the usage journal, written when a gateway next starts"
+                 if self._journal is not None else "lost: no usage journal")
+        log.warning("usage rows: the database has taken none of the last %d; the oldest "
+                    "%d are no longer kept in memory (%s; %d so far)", MAX_UNWRITTEN,
+                    DROP_CHUNK, where, self.dropped)
 
     def _write(self) -> None:
         """The writer thread: every `flush_s` (or when a batch is full) commits
@@ -207,6 +245,7 @@ class SpendLedger:
         while True:
             self._wake.wait(self._flush_s)
             self._wake.clear()
+            refused = False
             while True:
                 with self._lock:  # only this thread removes rows, from the front
                     rows = self._unwritten[:self._batch]
@@ -216,17 +255,19 @@ class SpendLedger:
                 try:
                     self._db.insert("usage", COLUMNS, [_values(r) for r in rows])
                 except DatabaseError as exc:
-                    log.warning("usage rows not written yet (%d, will retry): %s",
-                                len(rows), exc)
+                    self._refusing.fail(str(exc))
+                    refused = True
                     break
+                self._refusing.answered()
                 with self._lock:
                     del self._unwritten[:len(rows)]
                 if self._journal is not None:
                     self._journal.committed(r.request_id for r in rows if r.request_id)
             if closing:
                 return  # what the database refused stays unwritten
-            with self._lock:
-                wanted, self._wanted = self._wanted, {}
+            with self._lock:  # keys not loaded yet: again once rows go in
+                wanted = self._wanted if refused else {**self._unloaded, **self._wanted}
+                self._wanted = {}
             for key_id, start in wanted.items():
                 self._reload(key_id, start)
             if time.monotonic() - refreshed > self._refresh_s:

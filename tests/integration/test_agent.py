@@ -366,4 +366,4 @@ def test_an_agent_outage_is_logged_once_and_its_end_too(
     assert failed >= 20 and after == failed
     assert len(said) == 2, said
     assert "requests go on without energy figures" in said[0]
-    assert f"answers again, after {failed} failed exchanges" in said[1]
+    assert f"answers again, after {failed} failed calls" in said[1]
