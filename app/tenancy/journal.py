@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from app import jsonio
+from app.outage import Outage
 
 log = logging.getLogger("joulegate.usage")
 SEGMENT_BYTES = 4 << 20
@@ -61,6 +62,9 @@ class UsageJournal:
         self._where: dict[str, _Segment] = {}  # request id -> its segment
         self._old: list[_Segment] = []
         self._current = self._new_segment()
+        self._failing = Outage(log, f"usage journal in {folder}",
+                               "rows still go to the database, but a kill -9 may lose the "
+                               "ones not written yet")
 
     def answered(self, row: dict[str, Any]) -> None:
         """A request's row as its answer leaves (energy: the response's figure)."""
@@ -71,8 +75,13 @@ class UsageJournal:
             seg.pending.add(row["request_id"])
             self._where[row["request_id"]] = seg
             if seg.size >= self._segment_bytes:
-                self._old.append(seg)
-                self._current = self._new_segment()
+                try:
+                    fresh = self._new_segment()
+                except OSError as exc:  # a full disk: this segment goes on
+                    self._failing.fail(f"no new segment: {exc}")
+                else:
+                    self._old.append(seg)
+                    self._current = fresh
 
     def final(self, request_id: str, net_j: float | None, gross_j: float | None,
               source: str, final: bool) -> None:
@@ -124,12 +133,13 @@ class UsageJournal:
         making.rename(path)
         return _Segment(path, fd)
 
-    @staticmethod
-    def _append(seg: _Segment, line: bytes) -> None:
+    def _append(self, seg: _Segment, line: bytes) -> None:
         try:
             seg.size += os.write(seg.fd, line)
         except OSError as exc:  # a full disk: the row still goes to the database
-            log.warning("usage journal %s: %s", seg.path.name, exc)
+            self._failing.fail(f"{seg.path.name}: {exc}")
+        else:
+            self._failing.answered()
 
 
 def recover(folder: Path, have: Callable[[list[dict[str, Any]]], set[str]],

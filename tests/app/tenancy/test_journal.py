@@ -9,6 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from app.tenancy.journal import UsageJournal
 from app.tenancy.spend import SpendLedger
 from tests.app.tenancy.test_spend import row
@@ -90,3 +92,38 @@ def test_a_living_process_segments_are_left_alone_and_old_ones_go(tmp_path: Path
     assert len(list(tmp_path.glob("*.jsonl"))) == 1  # only the current segment
     journal.close()
     assert list(tmp_path.glob("*")) == []
+
+
+def test_a_full_disk_is_said_once_and_rotation_waits_for_room(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes that fail (/dev/full: ENOSPC from the kernel) are logged when
+    they start and when they stop, not once per request; a segment that
+    cannot be started leaves the current one in use (it was listed as old
+    again on every request, a list that grew without end)."""
+    import os
+
+    journal = UsageJournal(tmp_path, segment_bytes=200)
+    good = journal._current.fd
+    journal._current.fd = os.open("/dev/full", os.O_WRONLY)
+
+    def no_room() -> object:
+        raise OSError(28, "No space left on device")
+
+    with caplog.at_level("WARNING", logger="joulegate.usage"):
+        for i in range(50):
+            journal.answered({"request_id": f"r{i}", "pad": "x" * 80})
+        journal._current.size = 10_000  # full enough to rotate
+        monkeypatch.setattr(journal, "_new_segment", no_room)
+        for i in range(50, 60):
+            journal.answered({"request_id": f"r{i}", "pad": "x" * 80})
+        assert journal._old == []
+        os.close(journal._current.fd)
+        journal._current.fd = good  # room again
+        monkeypatch.undo()
+        journal.answered({"request_id": "r60", "pad": "x"})
+    said = [r.getMessage() for r in caplog.records if r.name == "joulegate.usage"]
+    assert len(said) == 2, said
+    assert "No space left on device" in said[0] and "answers again" in said[1]
+    journal.committed(f"r{i}" for i in range(61))
+    journal.close()
