@@ -164,13 +164,14 @@ def models_file(port: int, upstream: int, work: Path, root: Path = ROOT,
 
 def joulegate(port: int, upstream: int, work: Path, root: Path = ROOT, workers: int = 1,
               cores: set[int] | None = None, python: list[str] | None = None,
-              url: str | None = None, agent: tuple[int, str] | None = None
-              ) -> subprocess.Popen[bytes]:
+              url: str | None = None, agent: tuple[int, str] | None = None,
+              models: Path | None = None) -> subprocess.Popen[bytes]:
     """`joulegate serve [--workers N]` of the checkout at `root`, both tiers on the
-    fixed upstream (`url`: on that worker instead); `python`: the interpreter's
-    command line (e.g. under cProfile); `agent`: (port, token) of a `joulegate
-    agent` on this machine that meters it (else it meters itself)."""
-    models = models_file(port, upstream, work, root, url)
+    fixed upstream (`url`: on that worker instead), or with `models` (a file
+    models_file wrote); `python`: the interpreter's command line (e.g. under
+    cProfile); `agent`: (port, token) of a `joulegate agent` on this machine
+    that meters it (else it meters itself)."""
+    models = models or models_file(port, upstream, work, root, url)
     # A state directory of its own: the checkout's .joulegate (keys, usage
     # database) is neither read nor grown by benchmarks.
     state = work / f"state-{port}"
@@ -261,10 +262,11 @@ def main() -> None:
     # deployed layout), on the one-process gateway's cores.
     ports["joulegate_agent"], agent_port = free_port(), free_port()
     token = secrets.token_urlsafe(24)
-    procs["agent"] = agent_process(agent_port, models_file(ports["joulegate_agent"], upstream,
-                                                            work), token, work, pin(PINNED[1]))
+    agent_models = models_file(ports["joulegate_agent"], upstream, work)  # one file, both read it
+    procs["agent"] = agent_process(agent_port, agent_models, token, work, pin(PINNED[1]))
     procs["joulegate_agent"] = joulegate(ports["joulegate_agent"], upstream, work,
-                                         cores=pin(PINNED[1]), agent=(agent_port, token))
+                                         cores=pin(PINNED[1]), agent=(agent_port, token),
+                                         models=agent_models)
     ports["agent"] = agent_port
     for n in gateways:  # the pass-through in as many processes, for like-for-like ratios
         name = "passthrough" if n == 1 else f"passthrough{n}"
