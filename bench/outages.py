@@ -1,0 +1,119 @@
+"""What an outage of a dependency costs the requests that go on meanwhile.
+
+1. The agent killed: one gateway process metered by `joulegate agent` (the
+   deployed layout, bench.gateways' row) in front of the fixed-answer nginx;
+   wrk at 10 connections while the agent is alive, after it is killed
+   (SIGKILL), and after it is started again: statuses, p50 / p99, and the
+   gateway's log lines about the agent.
+2. The usage database refusing: a SpendLedger whose database raises on
+   every call (the seam where app.tenancy.database translates errors),
+   200,000 rows waiting; the time of a budget check of a key whose spend is
+   not loaded yet, and the memory the waiting rows hold.
+
+    python -m bench.outages  ->  bench/results/outages.json
+
+Needs what bench.gateways needs (nginx-light, wrk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import secrets
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from app.tenancy.database import DatabaseError
+from app.tenancy.keys import ApiKey
+from app.tenancy.spend import SpendLedger, UsageRow
+from app.tools.embedded import free_port
+from bench.gateways import agent_process, joulegate, models_file, start_nginx, stop_nginx, wrk
+from bench.gpu_common import project_commit
+from workers.local import ROOT, wait_healthy
+
+BODY = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
+WAITING_ROWS = 200_000
+
+
+def agent_killed(work: Path, seconds: int = 4) -> dict[str, Any]:
+    upstream = start_nginx(work)
+    port, agent_port, token = free_port(), free_port(), secrets.token_urlsafe(24)
+    models = models_file(port, upstream, work)
+    agent = agent_process(agent_port, models, token, work)
+    gateway = joulegate(port, upstream, work, agent=(agent_port, token), models=models)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    out: dict[str, Any] = {"connections": 10, "seconds_each": seconds}
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, gateway)
+        wait_healthy(f"http://127.0.0.1:{agent_port}/healthz", 60, agent)
+        wrk(url, 10, 1, BODY, work)
+        out["agent alive"] = wrk(url, 10, seconds, BODY, work)
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        wrk(url, 10, 1, BODY, work)  # the outage under way
+        out["agent killed"] = wrk(url, 10, seconds, BODY, work)
+        agent = agent_process(agent_port, models, token, work)
+        wait_healthy(f"http://127.0.0.1:{agent_port}/healthz", 60, agent)
+        wrk(url, 10, 1, BODY, work)
+        out["agent started again"] = wrk(url, 10, seconds, BODY, work)
+    finally:
+        for proc in (gateway, agent):
+            proc.terminate()
+            proc.wait(timeout=30)
+        stop_nginx(work)
+    log = (work / f"joulegate-{port}.log").read_text().splitlines()
+    out["gateway_log_lines_about_the_agent"] = sum("joulegate.meter" in line for line in log)
+    return out
+
+
+def database_refusing(work: Path) -> dict[str, Any]:
+    ledger = SpendLedger(f"sqlite:///{work / 'usage.db'}", journal=work / "journal")
+
+    def refuse(*_: object, **__: object) -> Any:
+        raise DatabaseError("refused (bench.outages)")
+
+    ledger._db.insert = refuse  # type: ignore[method-assign]
+    ledger._db.execute = refuse  # type: ignore[method-assign]
+    before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    now = time.time()
+    for i in range(WAITING_ROWS):
+        ledger.record(UsageRow(now, "other", "b", "auto", "small", "small", "direct", "chat",
+                               "ok", 10, 20, 1.0, 2.0, "estimate", 0.1, f"r{i}", True))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb) / 1024
+    key = ApiKey("k1", "a", "h", 0.0, joule_budget=1e9)
+    t0 = time.perf_counter()
+    ledger.spent_j(key)  # not loaded: what this gateway recorded, and a load asked for
+    first_ms = 1000 * (time.perf_counter() - t0)
+    time.sleep(1.0)  # the writer tries to load it, and cannot
+    t0 = time.perf_counter()
+    for _ in range(100):
+        ledger.spent_j(key)
+    later_us = 1e6 * (time.perf_counter() - t0) / 100
+    return {"rows_waiting": WAITING_ROWS, "memory_grown_mb": round(grown_mb, 1),
+            "rows_kept_in_memory": len(ledger._unwritten),
+            "budget_check_first_ms": round(first_ms, 2),
+            "budget_check_after_us": round(later_us, 2)}
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="joulegate-outages-"))
+    result: dict[str, Any] = {"commit": project_commit(),
+                              "machine": f"{os.cpu_count()} cores",
+                              "upstream": "fixed-answer nginx (bench.gateways)"}
+    try:
+        result["agent_killed"] = agent_killed(work)
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+        result["agent_killed"] = {"error": str(exc)}
+    result["database_refusing"] = database_refusing(work)
+    out = ROOT / "bench" / "results" / "outages.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
