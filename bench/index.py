@@ -457,6 +457,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "memory.json": ("python -m bench.memory", "RSS over 100,000 requests", ""),
     "metric-updates.json": ("python -m bench.metric_updates",
                             "a request's metric updates, direct against batched", ""),
+    "outages.json": ("python -m bench.outages",
+                     "requests while the agent is killed and started again (statuses, p50 / "
+                     "p99, the gateway's log lines about it), and a budget check while the "
+                     "usage database refuses with 200,000 rows waiting", ""),
     "overhead.json": ("python -m bench.overhead",
                       "latency the gateway adds in front of a real worker (SmolLM2 on "
                       "llama-server, one token, one request at a time), from the client "
