@@ -5,6 +5,7 @@
 #   bash bench/prepare_h200.sh     # here, once: .whl (the wheels) and .tools (nginx, wrk)
 # then, through the device tool (carry [".whl", ".tools"]):
 #   JOULEGATE_COMMIT=$(git rev-parse --short HEAD) bash bench/run_gateways_device.sh
+# ROUNDS (3) rounds in turns of SECONDS_EACH (5) s a case: ~7 min, inside a call's 10.
 # -> $OUT/gateways-h200-host.json and .png (copy them to bench/results/).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
@@ -24,5 +25,6 @@ os.sched_setaffinity(0, {5}); both = spin(); os.waitpid(pid, 0)
 print(f"pinning check: alone {alone:.3f} s, two on one core {both:.3f} s "
       f"({'pinning holds' if both > 1.6 * alone else 'pinning NOT enforced'})")
 PY
-timeout 560 python3 -m bench.gateways --pin --no-litellm --seconds "${SECONDS_EACH:-8}" \
+timeout 570 python3 -m bench.gateways --pin --no-litellm --seconds "${SECONDS_EACH:-5}" \
+  --rounds "${ROUNDS:-3}" \
   --out "$out/gateways-h200-host.json"
