@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,29 @@ class UsageJournal:
             for seg in [s for s in self._old if not s.pending]:
                 self._old.remove(seg)
                 _remove(seg)
+
+    def recorded_uncommitted(self) -> Iterator[list[dict[str, Any]]]:
+        """This process's rows whose final figure is journaled and which the
+        database has not committed, a segment at a time, complete as `recover`
+        writes them: among them, the rows the ledger let go of during a long
+        outage. Read from the segment files, so memory holds one segment's
+        rows at most."""
+        with self._lock:
+            segments = [*self._old, self._current]
+        for seg in segments:
+            rows: dict[str, dict[str, Any]] = {}
+            finals: dict[str, dict[str, Any]] = {}
+            committed: set[str] = set()
+            try:
+                _read(seg.path, rows, finals, committed)
+            except OSError as exc:
+                self._failing.fail(f"{seg.path.name} unreadable: {exc}")
+                continue
+            with self._lock:
+                out = [_completed(rows[rid], fig) for rid, fig in finals.items()
+                       if rid in rows and rid not in committed and self._where.get(rid) is seg]
+            if out:
+                yield out
 
     def close(self) -> None:
         """Closed after the ledger's last write: segments with nothing

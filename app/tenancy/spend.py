@@ -13,8 +13,9 @@ database has it: a gateway killed with kill -9 loses none.
 
 While the database refuses rows (down, unreachable) they wait in memory, at
 most MAX_UNWRITTEN of them (~300 bytes each); beyond that the oldest are
-kept only in the journal, and written when a gateway next starts (without
-a journal they are lost, and the log says how many). A key whose spend
+kept only in the journal, read back from it and written once the database
+takes rows again (without a journal they are lost, and the log says how
+many). A key whose spend
 cannot be loaded meanwhile counts what this gateway recorded, kept in
 memory like a loaded one (a budget check is still a lookup: summing the
 rows waiting for it on every request took 13 ms each with 200,000 of them),
@@ -141,6 +142,7 @@ class SpendLedger:
         self._spent: dict[str, tuple[float, float]] = {}
         self._unwritten: list[UsageRow] = []  # recorded, not yet committed (FIFO)
         self.dropped = 0  # rows beyond MAX_UNWRITTEN, left to the journal (or lost)
+        self._left_out = False  # rows only in the journal, to write from it
         self._wanted: dict[str, float] = {}  # key id -> period start, to load
         self._unloaded: dict[str, float] = {}  # key id -> period start: load when it answers
         self._refusing = Outage(log, "usage database", "rows wait in memory and in the "
@@ -210,9 +212,6 @@ class SpendLedger:
 
     def record(self, row: UsageRow) -> None:
         """A request's row with its final figure (or none): written soon."""
-        if self._journal is not None and row.request_id is not None:
-            self._journal.final(row.request_id, row.energy_net_j, row.energy_gross_j,
-                                row.source, bool(row.energy_final))
         with self._lock:
             key_id = row.key_id
             cached = self._spent.get(key_id) if key_id is not None else None
@@ -223,6 +222,11 @@ class SpendLedger:
                 self._wake.set()
             elif len(self._unwritten) > MAX_UNWRITTEN:
                 self._drop_oldest()
+        # After the row is in memory: a final figure in the journal then means
+        # the row is in memory, committed, or let go of (_write_left_out).
+        if self._journal is not None and row.request_id is not None:
+            self._journal.final(row.request_id, row.energy_net_j, row.energy_gross_j,
+                                row.source, bool(row.energy_final))
 
     def _drop_oldest(self) -> None:
         """The database has taken no rows for a long while: leave the oldest
@@ -230,7 +234,8 @@ class SpendLedger:
         writer may be trying those (it removes them itself once written)."""
         del self._unwritten[self._batch:self._batch + DROP_CHUNK]
         self.dropped += DROP_CHUNK
-        where = ("kept in the usage journal, written when a gateway next starts"
+        self._left_out = self._journal is not None
+        where = ("kept in the usage journal, written from it once the database takes rows"
                  if self._journal is not None else "lost: no usage journal")
         log.warning("usage rows: the database has taken none of the last %d; the oldest "
                     "%d are no longer kept in memory (%s; %d so far)", MAX_UNWRITTEN,
@@ -265,6 +270,8 @@ class SpendLedger:
                     self._journal.committed(r.request_id for r in rows if r.request_id)
             if closing:
                 return  # what the database refused stays unwritten
+            if not refused and self._left_out:
+                self._write_left_out()
             with self._lock:  # keys not loaded yet: again once rows go in
                 wanted = self._wanted if refused else {**self._unloaded, **self._wanted}
                 self._wanted = {}
@@ -276,6 +283,38 @@ class SpendLedger:
                     cached = list(self._spent.items())
                 for key_id, (start, _) in cached:
                     self._reload(key_id, start)
+
+    def _write_left_out(self) -> None:
+        """The rows `_drop_oldest` let go of, read back from this process's
+        journal and written, a batch at a time (on the writer thread, once the
+        database takes rows again). A row recorded meanwhile is skipped if it
+        is in memory: `record` puts it there before its final figure reaches
+        the journal, and only this thread takes rows out."""
+        assert self._journal is not None
+        with self._lock:
+            self._left_out = False
+        written = 0
+        try:
+            for rows in self._journal.recorded_uncommitted():
+                ids = {r["request_id"] for r in rows}
+                with self._lock:
+                    held = {r.request_id for r in self._unwritten if r.request_id in ids}
+                rows = [r for r in rows if r["request_id"] not in held]
+                for i in range(0, len(rows), self._batch):
+                    part = rows[i:i + self._batch]
+                    self._insert_dicts(part)
+                    self._journal.committed(r["request_id"] for r in part)
+                    written += len(part)
+        except DatabaseError as exc:
+            self._refusing.fail(str(exc))
+            with self._lock:
+                self._left_out = True  # again when it takes rows
+        if written:
+            log.warning("wrote %d usage rows kept only in the journal while the database "
+                        "refused them", written)
+
+    def _insert_dicts(self, rows: list[dict[str, Any]]) -> None:
+        self._db.insert("usage", COLUMNS, [[r.get(c) for c in COLUMNS] for r in rows])
 
     def rows(self, key_id: str | None, since: float, limit: int | None = None
              ) -> list[dict[str, Any]]:
@@ -356,11 +395,8 @@ class SpendLedger:
                                                U.request_id.in_(ids[i:i + 500]))).rows)
             return found
 
-        def write(rows: list[dict[str, Any]]) -> None:
-            self._db.insert("usage", COLUMNS, [[r.get(c) for c in COLUMNS] for r in rows])
-
         try:
-            n = recover(folder, have, write)
+            n = recover(folder, have, self._insert_dicts)
         except (DatabaseError, OSError) as exc:
             log.warning("usage journal not recovered yet (next start): %s", exc)
             return

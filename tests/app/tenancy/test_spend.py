@@ -142,8 +142,9 @@ def test_a_key_whose_spend_cannot_be_loaded_is_counted_in_memory(database: str) 
 def test_rows_beyond_the_memory_bound_wait_in_the_journal(
         database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The database down for long: past MAX_UNWRITTEN rows the oldest leave
-    memory (memory stays bounded); the journal keeps them and the next start
-    writes them, each once, with the rest."""
+    memory (memory stays bounded); the journal keeps them, and once the
+    database is back they are read from it and written, each once, with the
+    rest, while requests go on; a next start finds nothing left to write."""
     from app.tenancy import spend
     from app.tenancy.database import Database
 
@@ -160,10 +161,18 @@ def test_rows_beyond_the_memory_bound_wait_in_the_journal(
         ledger.record(r)
     assert len(ledger._unwritten) <= 61 and ledger.dropped >= 80
     other.execute("ALTER TABLE usage_away RENAME TO usage")
-    ledger.close()  # writes what it kept
-    kept = other.execute("SELECT COUNT(*) FROM usage").rows[0][0]
-    assert 0 < kept < 150
-    SpendLedger(database, journal=journal).close()  # the next start
+    for i in range(150, 200):  # requests go on while it catches up
+        r = replace(row(now + i, 1.0), request_id=f"r{i}")
+        ledger.answered(r)
+        ledger.record(r)
+        time.sleep(0.002)
+    deadline = time.monotonic() + 10
+    while other.execute("SELECT COUNT(*) FROM usage").rows[0][0] < 200:
+        assert time.monotonic() < deadline, "rows left to the journal never written"
+        time.sleep(0.02)
+    ledger.close()
+    SpendLedger(database, journal=journal).close()  # the next start: nothing left
     ids = [r[0] for r in other.execute("SELECT request_id FROM usage").rows]
-    assert sorted(ids) == sorted(f"r{i}" for i in range(150))
+    assert sorted(ids) == sorted(f"r{i}" for i in range(200))
+    assert not list(journal.glob("*.jsonl"))  # every row committed: segments gone
     other.close()
