@@ -9,6 +9,11 @@
    every call (the seam where app.tenancy.database translates errors),
    200,000 rows waiting; the time of a budget check of a key whose spend is
    not loaded yet, and the memory the waiting rows hold.
+3. The usage database back after refusing more rows than memory keeps
+   (MAX_UNWRITTEN): a SpendLedger on SQLite with its journal, rows answered
+   and recorded as a gateway does while inserts fail, then inserts allowed:
+   the seconds until every row is in the table, each once, and the journal
+   segments left.
 
     python -m bench.outages  ->  bench/results/outages.json
 
@@ -28,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.tenancy import spend
 from app.tenancy.database import DatabaseError
 from app.tenancy.keys import ApiKey
 from app.tenancy.spend import SpendLedger, UsageRow
@@ -38,6 +44,7 @@ from workers.local import ROOT, wait_healthy
 
 BODY = {"model": "small", "messages": [{"role": "user", "content": "hi"}]}
 WAITING_ROWS = 200_000
+BEYOND = 50_000  # rows past MAX_UNWRITTEN in part 3
 
 
 def agent_killed(work: Path, seconds: int = 4) -> dict[str, Any]:
@@ -100,6 +107,49 @@ def database_refusing(work: Path) -> dict[str, Any]:
             "budget_check_after_us": round(later_us, 2)}
 
 
+def database_back(work: Path) -> dict[str, Any]:
+    journal = work / "journal-back"
+    ledger = SpendLedger(f"sqlite:///{work / 'back.db'}", journal=journal)
+    insert = ledger._db.insert
+    refusing = [True]
+
+    def maybe(*args: Any, **kwargs: Any) -> Any:
+        if refusing[0]:
+            raise DatabaseError("refused (bench.outages)")
+        return insert(*args, **kwargs)
+
+    ledger._db.insert = maybe  # type: ignore[method-assign]
+    total = spend.MAX_UNWRITTEN + BEYOND
+    before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    now = time.time()
+    for i in range(total):
+        row = UsageRow(now, "other", "b", "auto", "small", "small", "direct", "chat", "ok",
+                       10, 20, 1.0, 2.0, "estimate", 0.1, f"b{i}", True)
+        ledger.answered(row)
+        ledger.record(row)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb) / 1024
+    kept = len(ledger._unwritten)
+    refusing[0] = False
+    t0 = time.monotonic()
+    count = 0
+    while time.monotonic() - t0 < 120:
+        count = ledger._db.execute("SELECT COUNT(*) FROM usage").rows[0][0]
+        if count >= total:
+            break
+        time.sleep(0.05)
+    seconds = time.monotonic() - t0
+    ledger.close()
+    check = SpendLedger(f"sqlite:///{work / 'back.db'}")
+    ledger_rows, distinct = check._db.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT request_id) FROM usage").rows[0]
+    check.close()
+    return {"rows": total, "rows_kept_in_memory": kept, "rows_dropped_from_memory": ledger.dropped,
+            "memory_grown_mb": round(grown_mb, 1),
+            "seconds_until_all_written": round(seconds, 2),
+            "rows_in_table": ledger_rows, "distinct_request_ids": distinct,
+            "journal_segments_left": len(list(journal.glob("*.jsonl")))}
+
+
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="joulegate-outages-"))
     result: dict[str, Any] = {"commit": project_commit(),
@@ -110,6 +160,7 @@ def main() -> None:
     except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
         result["agent_killed"] = {"error": str(exc)}
     result["database_refusing"] = database_refusing(work)
+    result["database_back"] = database_back(work)
     out = ROOT / "bench" / "results" / "outages.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
