@@ -45,6 +45,7 @@ class _Segment:
     fd: int
     size: int = 0
     pending: set[str] = field(default_factory=set)  # answered here, not committed
+    untracked: bool = False  # holds rows `forget` let go of: kept until they are written
 
 
 class UsageJournal:
@@ -108,39 +109,73 @@ class UsageJournal:
                 done = by_segment.get(id(seg))
                 if done:
                     self._append(seg, _line({"c": done}))
-            for seg in [s for s in self._old if not s.pending]:
-                self._old.remove(seg)
-                _remove(seg)
+            self._drop_done()
 
-    def recorded_uncommitted(self) -> Iterator[list[dict[str, Any]]]:
-        """This process's rows whose final figure is journaled and which the
-        database has not committed, a segment at a time, complete as `recover`
-        writes them: among them, the rows the ledger let go of during a long
-        outage. Read from the segment files, so memory holds one segment's
-        rows at most."""
+    def forget(self, request_ids: Iterable[str]) -> None:
+        """Rows the ledger no longer holds in memory (a long outage): no longer
+        tracked here either, so this index stays as bounded as the ledger;
+        their segments stay until `left_out` has handed them back."""
         with self._lock:
-            segments = [*self._old, self._current]
+            touched = set()
+            for rid in request_ids:
+                seg = self._where.pop(rid, None)
+                if seg is not None:
+                    seg.pending.discard(rid)
+                    seg.untracked = True
+                    touched.add(id(seg))
+            for seg in (*self._old, self._current):
+                if id(seg) in touched:  # a set keeps its largest table: copied small
+                    seg.pending = set(seg.pending)
+
+    def left_out(self, batch: int) -> Iterator[list[dict[str, Any]]]:
+        """The rows `forget` let go of, complete as `recover` writes them (with
+        their final figures), read back from the segment files one segment at
+        a time, in lists of at most `batch`. Once the caller asks for the next
+        list, the last one counts as written (a commit line); a caller that
+        stops on an error leaves it, and those after it, for the next call."""
+        with self._lock:
+            segments = [s for s in (*self._old, self._current) if s.untracked]
         for seg in segments:
-            rows: dict[str, dict[str, Any]] = {}
-            finals: dict[str, dict[str, Any]] = {}
-            committed: set[str] = set()
-            try:
-                _read(seg.path, rows, finals, committed)
-            except OSError as exc:
-                self._failing.fail(f"{seg.path.name} unreadable: {exc}")
-                continue
             with self._lock:
-                out = [_completed(rows[rid], fig) for rid, fig in finals.items()
-                       if rid in rows and rid not in committed and self._where.get(rid) is seg]
-            if out:
-                yield out
+                seg.untracked = False  # a row forgotten from now on marks it again
+            done = False
+            try:
+                rows: dict[str, dict[str, Any]] = {}
+                finals: dict[str, dict[str, Any]] = {}
+                committed: set[str] = set()
+                try:
+                    _read(seg.path, rows, finals, committed)
+                except OSError as exc:
+                    self._failing.fail(f"{seg.path.name} unreadable: {exc}")
+                    continue
+                with self._lock:  # tracked rows are in the ledger's memory, or in flight
+                    out = [_completed(rows[rid], fig) for rid, fig in finals.items()
+                           if rid in rows and rid not in committed and rid not in self._where]
+                for i in range(0, len(out), batch):
+                    part = out[i:i + batch]
+                    yield part
+                    with self._lock:
+                        self._append(seg, _line({"c": [r["request_id"] for r in part]}))
+                done = True
+            finally:
+                with self._lock:
+                    if done:
+                        self._drop_done()
+                    else:
+                        seg.untracked = True  # kept: the next call, or the next start
+
+    def _drop_done(self) -> None:
+        """Old segments whose rows are all committed go (under the lock)."""
+        for seg in [s for s in self._old if not s.pending and not s.untracked]:
+            self._old.remove(seg)
+            _remove(seg)
 
     def close(self) -> None:
         """Closed after the ledger's last write: segments with nothing
         pending are removed, the others stay for the next start."""
         with self._lock:
             for seg in [self._current, *self._old]:
-                if not seg.pending:
+                if not seg.pending and not seg.untracked:
                     _remove(seg)
                 else:
                     os.close(seg.fd)  # releases the lock: recovered next time

@@ -232,9 +232,12 @@ class SpendLedger:
         """The database has taken no rows for a long while: leave the oldest
         DROP_CHUNK to the journal (under the lock), after the first batch: the
         writer may be trying those (it removes them itself once written)."""
+        gone = self._unwritten[self._batch:self._batch + DROP_CHUNK]
         del self._unwritten[self._batch:self._batch + DROP_CHUNK]
         self.dropped += DROP_CHUNK
-        self._left_out = self._journal is not None
+        if self._journal is not None:
+            self._journal.forget(r.request_id for r in gone if r.request_id)
+            self._left_out = True
         where = ("kept in the usage journal, written from it once the database takes rows"
                  if self._journal is not None else "lost: no usage journal")
         log.warning("usage rows: the database has taken none of the last %d; the oldest "
@@ -287,24 +290,16 @@ class SpendLedger:
     def _write_left_out(self) -> None:
         """The rows `_drop_oldest` let go of, read back from this process's
         journal and written, a batch at a time (on the writer thread, once the
-        database takes rows again). A row recorded meanwhile is skipped if it
-        is in memory: `record` puts it there before its final figure reaches
-        the journal, and only this thread takes rows out."""
+        database takes rows again); a batch refused is tried again later, with
+        those after it, and none is written twice."""
         assert self._journal is not None
         with self._lock:
             self._left_out = False
         written = 0
         try:
-            for rows in self._journal.recorded_uncommitted():
-                ids = {r["request_id"] for r in rows}
-                with self._lock:
-                    held = {r.request_id for r in self._unwritten if r.request_id in ids}
-                rows = [r for r in rows if r["request_id"] not in held]
-                for i in range(0, len(rows), self._batch):
-                    part = rows[i:i + self._batch]
-                    self._insert_dicts(part)
-                    self._journal.committed(r["request_id"] for r in part)
-                    written += len(part)
+            for rows in self._journal.left_out(self._batch):
+                self._insert_dicts(rows)
+                written += len(rows)
         except DatabaseError as exc:
             self._refusing.fail(str(exc))
             with self._lock:

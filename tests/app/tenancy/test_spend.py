@@ -160,6 +160,7 @@ def test_rows_beyond_the_memory_bound_wait_in_the_journal(
         ledger.answered(r)
         ledger.record(r)
     assert len(ledger._unwritten) <= 61 and ledger.dropped >= 80
+    assert ledger._journal is not None and len(ledger._journal._where) <= 61  # bounded too
     other.execute("ALTER TABLE usage_away RENAME TO usage")
     for i in range(150, 200):  # requests go on while it catches up
         r = replace(row(now + i, 1.0), request_id=f"r{i}")
