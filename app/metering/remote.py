@@ -192,7 +192,7 @@ class RemoteMeter:
         self._poller: asyncio.Task[None] | None = None
         self._names = WindowNames()
         self._closing: set[asyncio.Future[Any]] = set()  # closes that outlived their wait
-        self._asked_down: dict[str, float] = {}  # device -> last poll of its failing agent
+        self._asked_down: dict[AgentCalls, float] = {}  # failing agent -> its last poll
 
     async def _call(self, device: str, call: dict[str, Any]) -> Any:
         agent = self._agents.get(device)
@@ -204,9 +204,10 @@ class RemoteMeter:
         agent = self._agents.get(device)
         if agent is None or not agent.down:
             return False
-        if now - self._asked_down.get(device, float("-inf")) < DOWN_POLL_S:
+        last = self._asked_down.get(agent, float("-inf"))
+        if now - last < DOWN_POLL_S and now != last:  # its other devices: this poll too
             return True
-        self._asked_down[device] = now
+        self._asked_down[agent] = now
         return False
 
     async def open(self, device: str, progress: Progress | None = None,
