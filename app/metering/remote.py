@@ -25,7 +25,9 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024  # a batch's calls, encoded (the agent takes 1
 SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counter step)
 CLOSE_WAIT_S = 0.25  # the longest an answer waits for its window's provisional figure
 WARN_EVERY_S = 30.0  # while an agent fails, how often the log says so again
-DOWN_POLL_S = 1.0  # while an agent fails, how often the final figures are asked for
+DOWN_POLL_S = 1.0  # while an agent fails, the final figures are asked for at most this
+# often: first after one poll, then at twice the last pause, so a blip costs a
+# figure a poll or two, not a second
 
 Curve = tuple[float, ...] | None  # an operating curve's coefficients (None: token counts)
 
@@ -192,7 +194,8 @@ class RemoteMeter:
         self._poller: asyncio.Task[None] | None = None
         self._names = WindowNames()
         self._closing: set[asyncio.Future[Any]] = set()  # closes that outlived their wait
-        self._asked_down: dict[AgentCalls, float] = {}  # failing agent -> its last poll
+        # failing agent -> (its last poll, the pause before the next)
+        self._asked_down: dict[AgentCalls, tuple[float, float]] = {}
 
     async def _call(self, device: str, call: dict[str, Any]) -> Any:
         agent = self._agents.get(device)
@@ -200,14 +203,18 @@ class RemoteMeter:
 
     def _skip(self, device: str, now: float) -> bool:
         """Whether this poll leaves the device's agent out: it is failing and
-        was asked less than DOWN_POLL_S ago."""
+        was asked less than its pause ago (doubling up to DOWN_POLL_S)."""
         agent = self._agents.get(device)
         if agent is None or not agent.down:
+            if agent is not None:
+                self._asked_down.pop(agent, None)
             return False
-        last = self._asked_down.get(agent, float("-inf"))
-        if now - last < DOWN_POLL_S and now != last:  # its other devices: this poll too
+        last, pause = self._asked_down.get(agent, (float("-inf"), self._poll_s / 2))
+        if now == last:  # its other devices, in the same poll
+            return False
+        if now - last < pause:
             return True
-        self._asked_down[agent] = now
+        self._asked_down[agent] = (now, min(2 * pause, DOWN_POLL_S))
         return False
 
     async def open(self, device: str, progress: Progress | None = None,

@@ -5,6 +5,7 @@ one after the timeout when the counter stopped."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from app.metering.local import LocalMeter
 from telemetry.ledger import Ledger
@@ -78,3 +79,28 @@ def test_drain_gives_every_waiting_request_a_figure() -> None:
 
     asyncio.run(run())
     assert len(got) == 1 and got[0] is not None
+
+
+def test_a_failing_agent_is_asked_again_sooner_first_then_once_a_second() -> None:
+    """While an agent fails, its waiting figures are asked for after one poll,
+    then at twice the last pause up to DOWN_POLL_S: a blip costs a poll or
+    two, a long outage one exchange a second; all its devices in the same
+    poll; an agent that answers again is asked every poll."""
+    from app.metering import remote
+
+    meter = remote.RemoteMeter(None, {"gpu0": "http://a", "gpu1": "http://a/"},  # type: ignore[arg-type]
+                               poll_s=0.125)  # steps exact in binary
+    agent = meter._agents["gpu0"]
+    assert meter._agents["gpu1"] is agent
+    agent._outage.fail("refused")
+    asked = []
+    for step in range(48):  # six seconds of polls
+        now = 0.125 * step
+        if not meter._skip("gpu0", now):
+            assert not meter._skip("gpu1", now)  # the same poll asks its other device
+            asked.append(now)
+    assert asked[:5] == [0.0, 0.125, 0.375, 0.875, 1.875]
+    assert all(b - a == remote.DOWN_POLL_S for a, b in itertools.pairwise(asked[4:]))
+    assert len(asked) == 9
+    agent._outage.answered()
+    assert not meter._skip("gpu0", 6.0) and not meter._skip("gpu0", 6.0)
