@@ -26,8 +26,10 @@ SETTLE_POLL_S = 0.1  # final figures are asked for together this often (a counte
 CLOSE_WAIT_S = 0.25  # the longest an answer waits for its window's provisional figure
 WARN_EVERY_S = 30.0  # while an agent fails, how often the log says so again
 DOWN_POLL_S = 1.0  # while an agent fails, the final figures are asked for at most this
-# often: first after one poll, then at twice the last pause, so a blip costs a
-# figure a poll or two, not a second
+# often; while few wait (FEW_WAITING), first after one poll, then at twice the
+# last pause, so a blip in a quiet hour costs a figure a poll or two, not a
+# second (under load the next request's exchange finds the agent back at once)
+FEW_WAITING = 64
 
 Curve = tuple[float, ...] | None  # an operating curve's coefficients (None: token counts)
 
@@ -201,9 +203,10 @@ class RemoteMeter:
         agent = self._agents.get(device)
         return None if agent is None else await agent.call(call)
 
-    def _skip(self, device: str, now: float) -> bool:
+    def _skip(self, device: str, now: float, waiting: int = 1) -> bool:
         """Whether this poll leaves the device's agent out: it is failing and
-        was asked less than its pause ago (doubling up to DOWN_POLL_S)."""
+        was asked less than its pause ago (DOWN_POLL_S; doubling up to it
+        while at most FEW_WAITING windows wait for it)."""
         agent = self._agents.get(device)
         if agent is None or not agent.down:
             if agent is not None:
@@ -214,7 +217,8 @@ class RemoteMeter:
             return False
         if now - last < pause:
             return True
-        self._asked_down[agent] = (now, min(2 * pause, DOWN_POLL_S))
+        self._asked_down[agent] = (now, min(2 * pause, DOWN_POLL_S)
+                                   if waiting <= FEW_WAITING else DOWN_POLL_S)
         return False
 
     async def open(self, device: str, progress: Progress | None = None,
@@ -280,7 +284,10 @@ class RemoteMeter:
                 # asking about thousands of windows ten times a second, for
                 # no answer, only costs the requests in flight.
                 now = loop.time()
-                skip = {device for device in {d for d, _ in asks} if self._skip(device, now)}
+                waiting: dict[str, int] = {}
+                for (device, _), wids in asks.items():
+                    waiting[device] = waiting.get(device, 0) + len(wids)
+                skip = {device for device, n in waiting.items() if self._skip(device, now, n)}
                 asks = {k: wids for k, wids in asks.items() if k[0] not in skip or k[1]}
                 answers = await asyncio.gather(*(
                     _none() if device in skip

@@ -82,10 +82,11 @@ def test_drain_gives_every_waiting_request_a_figure() -> None:
 
 
 def test_a_failing_agent_is_asked_again_sooner_first_then_once_a_second() -> None:
-    """While an agent fails, its waiting figures are asked for after one poll,
-    then at twice the last pause up to DOWN_POLL_S: a blip costs a poll or
-    two, a long outage one exchange a second; all its devices in the same
-    poll; an agent that answers again is asked every poll."""
+    """While an agent fails and few figures wait for it, they are asked for
+    after one poll, then at twice the last pause up to DOWN_POLL_S: a blip
+    costs a poll or two, a long outage one exchange a second; all its devices
+    in the same poll; an agent that answers again is asked every poll; with
+    thousands waiting, once a second from the start."""
     from app.metering import remote
 
     meter = remote.RemoteMeter(None, {"gpu0": "http://a", "gpu1": "http://a/"},  # type: ignore[arg-type]
@@ -104,3 +105,8 @@ def test_a_failing_agent_is_asked_again_sooner_first_then_once_a_second() -> Non
     assert len(asked) == 9
     agent._outage.answered()
     assert not meter._skip("gpu0", 6.0) and not meter._skip("gpu0", 6.0)
+    # Thousands waiting (under load): once a second from the start.
+    agent._outage.fail("refused")
+    many = [t for t in (6.0 + 0.125 * step for step in range(24))
+            if not meter._skip("gpu0", t, waiting=5000)]
+    assert many == [6.0, 7.0, 8.0]
