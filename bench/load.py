@@ -32,6 +32,7 @@ import yaml
 
 from app.tools.embedded import free_port
 from bench.gpu_common import project_commit
+from bench.overhead import pct
 from bench.process import cpu_s, rss_mb
 from workers.local import ROOT, WorkerSpec, llama_server, start_worker, stop, wait_healthy
 
@@ -49,10 +50,8 @@ def _catalog(small: int, large: int) -> dict[str, Any]:
 
 
 def _pct(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 1)
+    """The q-quantile of seconds, in ms (None for no samples)."""
+    return round(pct(xs, q) * 1000, 1) if xs else None
 
 
 async def _one(session: aiohttp.ClientSession, url: str, stream: bool
