@@ -43,6 +43,23 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    """A tool the model may call: a function, the one kind llama.cpp and vLLM
+    take (a malformed one was the worker's 500, answered as a 502)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: Literal["function"]
+    function: FunctionSpec
+
+
 I32 = 2**31 - 1
 
 
@@ -147,6 +164,7 @@ class ChatRequest(_Common):
     reasoning_budget_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
     thinking_token_budget: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
 
     @property
     def effort_ceiling(self) -> int | None:
@@ -204,6 +222,9 @@ def _translate(exc: ValidationError) -> ApiError:
     # Of a union's errors, the one that went deepest names the real problem.
     err = max(exc.errors(), key=lambda e: len(_field_path(e["loc"])))
     param = ".".join(_field_path(err["loc"])) or None
+    if err["type"] == "missing":  # OpenAI's wording and code
+        return bad_request(f"Missing required parameter: '{param}'", param,
+                           "missing_required_parameter")
     return bad_request(f"Invalid value for '{param}': {err['msg']}", param, "invalid_value")
 
 

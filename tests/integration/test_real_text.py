@@ -80,3 +80,25 @@ def test_the_loop_guard_stops_a_real_repetition_and_the_report_counts_it(
         time.sleep(0.2)
     assert report["totals"]["loop_stops"] >= 1 and report["totals"]["requests"] >= 3
     assert any(f["loop_stops"] for f in report["by_category"].values())
+
+
+def test_tools_reach_a_real_worker_and_a_malformed_one_is_the_clients_400(
+        gw: RunningGateway) -> None:
+    """A function tool goes through to llama.cpp as sent; one without its
+    `function` (llama.cpp's 500, "Failed to parse tools") is refused here as
+    OpenAI refuses it, naming the parameter, and reaches no worker."""
+    client = openai.OpenAI(base_url=gw.v1, api_key="unused", max_retries=0)
+    weather = {"type": "function", "function": {
+        "name": "weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    r = client.chat.completions.create(
+        model="small", messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[weather], max_tokens=30, **GREEDY)  # type: ignore[list-item, arg-type]
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(
+            model="small", messages=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[{"type": "function"}], max_tokens=30)  # type: ignore[list-item]
+    err = bad.value.body
+    assert isinstance(err, dict) and err["param"] == "tools.0.function"
+    assert err["code"] == "missing_required_parameter"

@@ -71,6 +71,14 @@ def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> 
       "ignore_eos": True}, "invalid_value", "ignore_eos"),
     ({"model": "small", "messages": MSG, "response_format": {"type": "json_object"},
       "ignore_eos": True}, "invalid_value", "ignore_eos"),
+    # a malformed tool is llama.cpp's 500 ("Failed to parse tools"): the client's 400
+    ({"model": "small", "messages": MSG, "tools": [{"type": "function"}]},
+     "missing_required_parameter", "tools.0.function"),
+    ({"model": "small", "messages": MSG, "tools": "x"}, "invalid_value", "tools"),
+    ({"model": "small", "messages": MSG, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": "x"}}]},
+     "invalid_value", "tools.0.function.parameters"),
+    ({"model": "small"}, "missing_required_parameter", "messages"),
 ])
 def test_hostile_bodies_are_400(gw: RunningGateway, fakes: FakeWorkers,
                                 body: dict[str, object], code: str | None, param: str) -> None:
