@@ -91,6 +91,8 @@ class _LlamaCpp(BaseModel):
     stop: str | list[str] | None = None
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
+    # where the thinking goes (an unknown one is a llama.cpp 500)
+    reasoning_format: Literal["none", "auto", "deepseek", "deepseek-legacy"] | None = None
 
     @field_validator("json_schema")
     @classmethod

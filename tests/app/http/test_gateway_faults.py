@@ -79,6 +79,8 @@ def assert_envelope(r: httpx.Response, status: int, code: str | None = None) -> 
         {"type": "function", "function": {"name": "f", "parameters": "x"}}]},
      "invalid_value", "tools.0.function.parameters"),
     ({"model": "small"}, "missing_required_parameter", "messages"),
+    ({"model": "small", "messages": MSG, "reasoning_format": "bogus"},  # llama.cpp: 500
+     "invalid_value", "reasoning_format"),
 ])
 def test_hostile_bodies_are_400(gw: RunningGateway, fakes: FakeWorkers,
                                 body: dict[str, object], code: str | None, param: str) -> None:
