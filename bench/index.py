@@ -170,6 +170,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gateways-h200-host-run8.json": ("bash bench/run_gateways_device.sh (device tool)",
                                      "gateways side by side on the GPU host's 16 cores", ""),
     "gateways-h200-host-run8.png": ("same", "run 8 as a picture", ""),
+    "gateways-h100-host-run9.json": ("SECONDS_EACH=3 bash bench/run_gateways_device.sh "
+                                     "(device tool; an H100 host)",
+                                     "gateways side by side on the GPU host's pinned cores, "
+                                     "with the bare pass-through: 3 rounds in turns", ""),
+    "gateways-h100-host-run9.png": ("same", "run 9 as a picture", ""),
     "cprofile-small-c50.json": ("python -m bench.cprofile_gateway --model small",
                                 "a forced request's time in the loaded event loop by stage "
                                 "and function (cProfile, shares)", ""),
