@@ -280,9 +280,10 @@ class RemoteMeter:
                 for window in self._waiting.windows():
                     device, wid = split_window(window)
                     asks.setdefault((device, window in due), []).append(wid)
-                # A failing agent is asked once every DOWN_POLL_S, not every poll:
-                # asking about thousands of windows ten times a second, for
-                # no answer, only costs the requests in flight.
+                # A failing agent is asked at most once every DOWN_POLL_S (at
+                # shorter, doubling pauses while few windows wait: `_skip`), not
+                # every poll: asking about thousands of windows ten times a
+                # second, for no answer, only costs the requests in flight.
                 now = loop.time()
                 waiting: dict[str, int] = {}
                 for (device, _), wids in asks.items():

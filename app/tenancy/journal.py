@@ -116,16 +116,15 @@ class UsageJournal:
         tracked here either, so this index stays as bounded as the ledger;
         their segments stay until `left_out` has handed them back."""
         with self._lock:
-            touched = set()
+            touched: dict[int, _Segment] = {}
             for rid in request_ids:
                 seg = self._where.pop(rid, None)
                 if seg is not None:
                     seg.pending.discard(rid)
                     seg.untracked = True
-                    touched.add(id(seg))
-            for seg in (*self._old, self._current):
-                if id(seg) in touched:  # a set keeps its largest table: copied small
-                    seg.pending = set(seg.pending)
+                    touched[id(seg)] = seg
+            for seg in touched.values():  # a set keeps its largest table: copied small
+                seg.pending = set(seg.pending)
 
     def left_out(self, batch: int) -> Iterator[list[dict[str, Any]]]:
         """The rows `forget` let go of, complete as `recover` writes them (with
