@@ -10,10 +10,14 @@ them (a power cut can: nothing is fsynced, which would cost a disk flush
 per request).
 
 Each gateway process writes its own segment files (`usage-<uuid>-<n>.jsonl`
-in the state directory's `journal/`) and holds an exclusive `flock` on
-each while it lives. A new segment starts every `segment_bytes`; a segment
-is deleted once every row answered in it is committed. At start-up a
-gateway `recover`s the segments no living process holds: rows answered and
+in the state directory's `journal/`) and holds an exclusive `flock` on its
+lock file (`usage-<uuid>.lock`) while it lives: one descriptor however many
+segments wait for the database (the segment being written keeps its own
+open; older ones are opened for each line they get). A new segment starts
+every `segment_bytes`; a segment is deleted once every row answered in it is
+committed. At start-up a gateway `recover`s the segments whose lock no
+living process holds (or, written by a version that locked each segment,
+whose own lock is free): rows answered and
 not committed are written, with their final figure where one was journaled,
 else the response's (`energy_final` false); rows the database already has
 (the process died between a commit and its journal line) are skipped by
@@ -37,12 +41,13 @@ from app.outage import Outage
 
 log = logging.getLogger("joulegate.usage")
 SEGMENT_BYTES = 4 << 20
+LOCK_SUFFIX = ".lock"
 
 
 @dataclass
 class _Segment:
     path: Path
-    fd: int
+    fd: int | None  # open while it is the segment being written
     size: int = 0
     pending: set[str] = field(default_factory=set)  # answered here, not committed
     untracked: bool = False  # holds rows `forget` let go of: kept until they are written
@@ -59,6 +64,7 @@ class UsageJournal:
         self._prefix = f"usage-{uuid.uuid4().hex[:12]}"
         self._segment_bytes = segment_bytes
         self._lock = threading.Lock()
+        self._held = _hold(folder / f"{self._prefix}{LOCK_SUFFIX}")
         self._n = 0
         self._where: dict[str, _Segment] = {}  # request id -> its segment
         self._old: list[_Segment] = []
@@ -81,6 +87,7 @@ class UsageJournal:
                 except OSError as exc:  # a full disk: this segment goes on
                     self._failing.fail(f"no new segment: {exc}")
                 else:
+                    self._let_go(seg)
                     self._old.append(seg)
                     self._current = fresh
 
@@ -173,26 +180,42 @@ class UsageJournal:
         """Closed after the ledger's last write: segments with nothing
         pending are removed, the others stay for the next start."""
         with self._lock:
+            kept = False
             for seg in [self._current, *self._old]:
                 if not seg.pending and not seg.untracked:
                     _remove(seg)
                 else:
-                    os.close(seg.fd)  # releases the lock: recovered next time
+                    self._let_go(seg)
+                    kept = True
             self._old = []
+            if not kept:
+                (self._folder / f"{self._prefix}{LOCK_SUFFIX}").unlink(missing_ok=True)
+            os.close(self._held)  # releases the lock: what is kept is recovered next time
 
     def _new_segment(self) -> _Segment:
         self._n += 1
         path = self._folder / f"{self._prefix}-{self._n}.jsonl"
-        # Locked under another name, then renamed: `recover` never sees it unlocked.
-        making = path.with_suffix(".new")
-        fd = os.open(making, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        making.rename(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         return _Segment(path, fd)
+
+    @staticmethod
+    def _let_go(seg: _Segment) -> None:
+        """A segment no longer written to: its descriptor closed (lines it
+        still gets open it again for each one)."""
+        if seg.fd is not None:
+            os.close(seg.fd)
+            seg.fd = None
 
     def _append(self, seg: _Segment, line: bytes) -> None:
         try:
-            seg.size += os.write(seg.fd, line)
+            if seg.fd is not None:
+                seg.size += os.write(seg.fd, line)
+            else:
+                fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    seg.size += os.write(fd, line)
+                finally:
+                    os.close(fd)
         except OSError as exc:  # a full disk: the row still goes to the database
             self._failing.fail(f"{seg.path.name}: {exc}")
         else:
@@ -211,15 +234,24 @@ def recover(folder: Path, have: Callable[[list[dict[str, Any]]], set[str]],
     rows: dict[str, dict[str, Any]] = {}
     finals: dict[str, dict[str, Any]] = {}
     committed: set[str] = set()
-    paths = []
+    paths: list[Path] = []
     try:
-        for path in sorted(folder.glob("usage-*.jsonl")):
-            fd = _lock_if_dead(path)
-            if fd is None:
-                continue
-            held.append(fd)
-            paths.append(path)
-            _read(path, rows, finals, committed)
+        for lock, segments in _by_process(folder).items():
+            if lock.exists():
+                fd = _lock_if_dead(lock)
+                if fd is None:
+                    continue  # its process lives
+                held.append(fd)
+                paths.extend([*segments, lock])
+            else:  # an older version's: each segment locked on its own
+                for path in segments:
+                    fd = _lock_if_dead(path)
+                    if fd is not None:
+                        held.append(fd)
+                        paths.append(path)
+        for path in paths:
+            if path.suffix == ".jsonl":
+                _read(path, rows, finals, committed)
         todo = [rid for rid in rows if rid not in committed]
         present = have([rows[rid] for rid in todo]) if todo else set()
         out = [_completed(rows[rid], finals.get(rid)) for rid in todo if rid not in present]
@@ -231,6 +263,35 @@ def recover(folder: Path, have: Callable[[list[dict[str, Any]]], set[str]],
     finally:
         for fd in held:
             os.close(fd)
+
+
+def _by_process(folder: Path) -> dict[Path, list[Path]]:
+    """Each process's lock file (which may be gone, or predate lock files)
+    with its segments, oldest first; lock files with no segment left too."""
+    found: dict[Path, list[Path]] = {p: [] for p in folder.glob(f"usage-*{LOCK_SUFFIX}")}
+    for path in sorted(folder.glob("usage-*.jsonl"),
+                       key=lambda p: (p.name.rsplit("-", 1)[0], _number(p))):
+        prefix = path.name.rsplit("-", 1)[0]
+        found.setdefault(folder / f"{prefix}{LOCK_SUFFIX}", []).append(path)
+    return found
+
+
+def _number(path: Path) -> int:
+    try:
+        return int(path.stem.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _hold(lock: Path) -> int:
+    """The process's lock file, created locked: made under another name,
+    locked, then renamed, so `recover` never finds it unlocked while its
+    process lives."""
+    making = lock.with_suffix(".new")
+    fd = os.open(making, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    making.rename(lock)
+    return fd
 
 
 def _completed(row: dict[str, Any], fig: dict[str, Any] | None) -> dict[str, Any]:
@@ -272,7 +333,9 @@ def _lock_if_dead(path: Path) -> int | None:
 
 def _remove(seg: _Segment) -> None:
     seg.path.unlink(missing_ok=True)
-    os.close(seg.fd)
+    if seg.fd is not None:
+        os.close(seg.fd)
+        seg.fd = None
 
 
 def _line(record: dict[str, Any]) -> bytes:

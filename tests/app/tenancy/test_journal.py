@@ -75,7 +75,7 @@ def test_a_row_committed_just_before_the_kill_is_not_written_twice(database: str
     journal = UsageJournal(journal_dir)
     journal.answered({"request_id": "only", "time": r.time, "energy_net_j": 1.0})
     import os
-    os.close(journal._current.fd)  # its lock goes with it
+    os.close(journal._held)  # as a kill -9 would: the lock goes
     again = SpendLedger(database, journal=journal_dir)
     assert [x["request_id"] for x in again.rows(None, 0.0)] == ["only"]
     again.close()
@@ -92,6 +92,67 @@ def test_a_living_process_segments_are_left_alone_and_old_ones_go(tmp_path: Path
     assert len(list(tmp_path.glob("*.jsonl"))) == 1  # only the current segment
     journal.close()
     assert list(tmp_path.glob("*")) == []
+
+
+def test_segments_waiting_for_the_database_hold_no_descriptor(tmp_path: Path) -> None:
+    """A long outage fills many segments with rows the ledger let go of: the
+    process keeps one descriptor for its lock and one for the segment being
+    written, however many wait; lines for older segments still land in them."""
+    import os
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    journal = UsageJournal(tmp_path, segment_bytes=200)
+    before = descriptors()
+    for i in range(200):
+        journal.answered({"request_id": f"r{i}", "pad": "x" * 80})
+    for i in range(190):  # final: what the ledger lets go of
+        journal.final(f"r{i}", 1.0, 1.5, "estimate", True)
+    journal.forget(f"r{i}" for i in range(190))
+    assert len(list(tmp_path.glob("*.jsonl"))) >= 60
+    assert descriptors() == before
+    journal.final("r195", 1.0, 1.5, "estimate", True)  # its segment is an old one
+    written = [r["request_id"] for part in journal.left_out(50) for r in part]
+    assert sorted(written) == sorted(f"r{i}" for i in range(190))
+    journal.committed(f"r{i}" for i in range(190, 200))
+    assert len(list(tmp_path.glob("*.jsonl"))) == 1  # only the current segment
+    assert descriptors() == before
+    journal.close()
+    assert list(tmp_path.glob("*")) == []
+
+
+def test_an_older_versions_segments_and_a_dead_lock_are_recovered(tmp_path: Path) -> None:
+    """Segments with no lock file (a version that locked each segment) are
+    recovered when their own lock is free; a dead process's lock file with
+    no segment left is cleared; a living process's are left alone."""
+    import fcntl
+    import os
+
+    from app.tenancy.journal import recover
+
+    (tmp_path / "usage-0123456789ab-1.jsonl").write_bytes(
+        b'{"a":{"request_id":"old","time":1.0}}\n')
+    held = tmp_path / "usage-aaaaaaaaaaaa-1.jsonl"
+    held.write_bytes(b'{"a":{"request_id":"busy","time":1.0}}\n')
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # an older version's process, alive
+    (tmp_path / "usage-bbbbbbbbbbbb.lock").write_bytes(b"")  # dead, nothing left
+    living = UsageJournal(tmp_path)
+    living.answered({"request_id": "mine", "time": 2.0})
+    written: list[str] = []
+    assert recover(tmp_path, lambda rows: set(),
+                   lambda rows: written.extend(r["request_id"] for r in rows)) == 1
+    assert written == ["old"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "usage-0123456789ab-1.jsonl" not in names and "usage-bbbbbbbbbbbb.lock" not in names
+    assert held.name in names and any(n.endswith(".lock") for n in names)
+    os.close(fd)
+    living.close()  # "mine" is pending: kept, with its lock file, for the next start
+    assert recover(tmp_path, lambda rows: set(),
+                   lambda rows: written.extend(r["request_id"] for r in rows)) == 2
+    assert sorted(written) == ["busy", "mine", "old"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_full_disk_is_said_once_and_rotation_waits_for_room(
