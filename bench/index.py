@@ -621,10 +621,16 @@ def _recorded(name: str) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _commit(data: dict[str, object]) -> str:
+# Files written before results recorded their commit: the commit that added
+# them (`git log --diff-filter=A -- bench/results/<file>`), run with its code.
+ADDED_IN = {"classifier-embedding.json": "bc552c2", "cpu-curves.png": "3c94dba",
+            "dashboard-energy-panels.png": "830c629"}
+
+
+def _commit(data: dict[str, object], name: str = "") -> str:
     commit = data.get("commit")
     if not commit:
-        return "not recorded"
+        return f"added in {ADDED_IN[name]}" if name in ADDED_IN else "not recorded"
     return str(commit)[:12] + ("+uncommitted" if "+uncommitted" in str(commit) else "")
 
 
@@ -644,7 +650,7 @@ def render() -> str:
         command, what, superseded = CATALOGUE[name]
         data = _recorded(name)
         command = command.replace("{base}", str(data.get("base", "<base>")))
-        lines.append(f"| [{name}]({name}) | `{command}` | {_commit(data)} | {what} | "
+        lines.append(f"| [{name}]({name}) | `{command}` | {_commit(data, name)} | {what} | "
                      f"{superseded or '-'} |")
     return "\n".join(lines) + "\n"
 
