@@ -12,6 +12,14 @@ short hold of the interpreter rather than one that stalls the request in
 flight for milliseconds. Under load (many requests running, or an event
 loop that keeps the interpreter busy) each extra step costs the requests
 CPU, so it reads at `hz`.
+
+Reading faster pays only where reads are cheap: the quiet rate is held to
+reads that take at most QUIET_READ_SHARE of the time. An NVML energy read
+takes ~4 ms of CPU (../shared/bench: H200), so on a GPU the quiet rate comes
+to `hz`: 100 reads a second there would cost ~40% of a core, and settle no
+fewer requests per step (the counter changes every ~100 ms). The CPU
+estimate and RAPL (microseconds a read) keep it; a cheap read of a counter
+that has not moved costs nothing but the read.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ class Sample:
 QUIET_OPEN = 4  # requests running on the device, at most, to read at quiet_hz
 BUSY_LATE_S = 0.001  # woken this late on average: the interpreter is busy
 LATE_WEIGHT = 0.2  # of the newest wake in that average
+QUIET_READ_SHARE = 0.02  # of the time spent reading, at most, at the quiet rate
+READ_WEIGHT = 0.1  # of the newest read's time in its average
 
 
 class Sampler:
@@ -50,6 +60,7 @@ class Sampler:
         self._period_s = 1.0 / hz
         self._quiet_period_s = 1.0 / max(hz, quiet_hz or hz)
         self._late_s = 0.0  # how late the thread wakes, averaged
+        self._read_s = 0.0  # how long a read takes, averaged
         self.samples: deque[Sample] = deque(maxlen=ring)
         self.errors = 0
         self.reads = 0
@@ -67,12 +78,19 @@ class Sampler:
                 log.warning("%s reader failed (%d so far): %s", self.reader.name, self.errors, exc)
             return None
         finally:
-            self.read_seconds += time.perf_counter() - start
+            took = time.perf_counter() - start
+            self._read_s += READ_WEIGHT * (took - self._read_s)
+            self.read_seconds += took
             self.reads += 1
         s = Sample(self.ledger.clock(), r.counter_j, r.power_w)
         self.samples.append(s)
         self.ledger.ingest(s.t, s.counter_j, s.power_w)
         return s
+
+    def quiet_period_s(self) -> float:
+        """The period while quiet: `quiet_hz`'s, no shorter than reads that
+        take QUIET_READ_SHARE of the time allow, never longer than `hz`'s."""
+        return min(self._period_s, max(self._quiet_period_s, self._read_s / QUIET_READ_SHARE))
 
     def quiet(self) -> bool:
         """Whether to read at `quiet_hz` next: few requests run on the device and
@@ -93,7 +111,7 @@ class Sampler:
             except Exception:  # never let the thread die; the ledger must keep going
                 self.errors += 1
                 log.exception("sampler error")
-            next_t += self._quiet_period_s if quiet else self._period_s
+            next_t += self.quiet_period_s() if quiet else self._period_s
             delay = next_t - time.monotonic()
             if delay < 0:  # fell behind (slow reads): skip, don't burst
                 next_t = time.monotonic()

@@ -7,6 +7,7 @@ import threading
 import time
 
 from telemetry.ledger import Ledger
+from telemetry.reader import Reading
 from telemetry.sampler import QUIET_OPEN, Sampler
 from tests.telemetry.fakes import SteppingCounter
 
@@ -85,3 +86,28 @@ def test_reads_slowly_while_the_interpreter_is_held() -> None:
         stop.set()
         spinner.join()
         sampler.stop()
+
+
+class _SlowReads(SteppingCounter):
+    """A counter read as NVML's is: each read takes milliseconds."""
+
+    def read(self) -> Reading:
+        time.sleep(0.003)
+        return super().read()
+
+
+def test_quiet_rate_held_to_cheap_reads() -> None:
+    """Reading at the quiet rate pays only where a read is cheap: reads of
+    ~3 ms (an NVML energy read takes ~4) keep the sampler at `hz`, few
+    requests running or not."""
+    counter = _SlowReads(lambda t: 150.0, time.monotonic, step_s=0.005)
+    counter._next_step = counter._t = time.monotonic()
+    sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=10, quiet_hz=100)
+    sampler.start()
+    try:
+        time.sleep(0.3)  # the average read settles
+        assert sampler.quiet()
+        rate = _reads_per_s(sampler, 1.0)
+    finally:
+        sampler.stop()
+    assert rate < 15  # hz: 10 a second (was ~100)

@@ -1,0 +1,128 @@
+"""What the energy sampler's reads cost at each rate it reads: the CPU share
+of one sampler thread with nothing else running, reads a second, the mean
+read, and how often the counter changed.
+
+    python -m bench.sampler_cost [--seconds 8] [--rounds 2] [--nvml 0] [--out DIR]
+        -> DIR/sampler-cost-<source>.json (DIR: bench/results)
+
+Rates, in turns: `hz` 20 (the rate under load); the quiet rate as shipped
+(hz 20, quiet_hz 100, held to reads that take at most 2% of the time:
+telemetry/sampler.py), which is what a gateway with few requests running
+reads at; and 100 Hz flat, what that quiet rate read before the hold. With
+`--nvml N` the counter is GPU N's through NVML; without, the CPU estimate
+(/proc/stat). Needs only the standard library (and pynvml for --nvml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from telemetry.ledger import Ledger
+from telemetry.reader import EnergyReader, Reading
+from telemetry.sampler import Sampler
+
+ROOT = Path(__file__).resolve().parent.parent
+RATES: dict[str, tuple[float, float | None]] = {  # (hz, quiet_hz)
+    "hz 20 (under load)": (20.0, None),
+    "quiet as shipped (hz 20, quiet_hz 100, held to cheap reads)": (20.0, 100.0),
+    "100 Hz flat (the quiet rate before the hold)": (100.0, None),
+}
+
+
+class _Kept:
+    """The reader, left open when a sampler stops."""
+
+    def __init__(self, reader: EnergyReader) -> None:
+        self._reader = reader
+        self.source, self.name = reader.source, reader.name
+
+    def read(self) -> Reading:
+        return self._reader.read()
+
+    def close(self) -> None:
+        return None
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def measure(reader: EnergyReader, source: str, seconds: float,
+            rate: tuple[float, float | None]) -> dict[str, float]:
+    """One sampler on `reader` for `seconds`, no request open (quiet)."""
+    sampler = Sampler(_Kept(reader), Ledger(source), hz=rate[0], quiet_hz=rate[1])
+    cpu0, t0 = _cpu_s(), time.monotonic()
+    sampler.start()
+    time.sleep(seconds)
+    sampler.stop()  # closes the _Kept, not the reader: the next rate reads it too
+    wall, cpu = time.monotonic() - t0, _cpu_s() - cpu0
+    counters = [s.counter_j for s in sampler.samples]
+    changes = sum(1 for a, b in itertools.pairwise(counters) if b != a)
+    return {"cpu_percent": 100.0 * cpu / wall, "reads_per_s": sampler.reads / wall,
+            "read_ms_mean": 1000.0 * sampler.read_seconds / max(1, sampler.reads),
+            "counter_changes_per_s": changes / wall, "quiet_period_ms":
+            1000.0 * sampler.quiet_period_s()}
+
+
+def _commit() -> str:
+    if os.environ.get("JOULEGATE_COMMIT"):
+        return os.environ["JOULEGATE_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _reader(nvml: int | None) -> tuple[EnergyReader, str, str]:
+    if nvml is None:
+        from telemetry.estimate import EstimateReader
+        return EstimateReader(idle_power_w=50.0, max_power_w=150.0), "estimate", "cpu"
+    from telemetry.nvml import NvmlReader
+    reader = NvmlReader(nvml)
+    import pynvml
+    name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(nvml))
+    return reader, "nvml", name if isinstance(name, str) else name.decode()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--nvml", type=int, default=None, help="GPU index (default: CPU estimate)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args()
+    reader, source, device = _reader(args.nvml)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in RATES}
+    for _ in range(args.rounds):  # in turns
+        for name, rate in RATES.items():
+            runs[name].append(measure(reader, source, args.seconds, rate))
+            print(name, runs[name][-1], flush=True)
+    reader.close()
+    rows = {name: {field: statistics.median(r[field] for r in rs) for field in rs[0]}
+            for name, rs in runs.items()}
+    result: dict[str, Any] = {
+        "commit": _commit(), "source": source, "device": device, "cpu_count": os.cpu_count(),
+        "seconds_each": args.seconds, "rounds": args.rounds,
+        "note": "one sampler thread, no request open (the quiet case), nothing else "
+                "running; cpu_percent is this process's CPU (the thread's) over wall time; "
+                "medians of the rounds, in turns",
+        "rates": rows, "runs": runs}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"sampler-cost-{source}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
