@@ -598,6 +598,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "route-stretch.json": ("python -m bench.route_stretch",
                            "how the complexity model's easy stretch and own-item weight were "
                            "chosen: 4-fold cross-validation on the own open prompts", ""),
+    "sampler-cost-estimate.json": ("python -m bench.sampler_cost --seconds 8 --rounds 2",
+                                   "the energy sampler's CPU, reads a second and read time at "
+                                   "20 Hz, the quiet rate as shipped and 100 Hz flat, on this "
+                                   "VM's CPU estimate (/proc/stat: ~0.2 ms a read, so the quiet "
+                                   "rate stays near 100 Hz)", ""),
     "route.json": ("python -m bench.route_latency", "decision time, 2,000-token conversation",
                    ""),
     "tolerance-sweep.json": ("python -m bench.tolerance_sweep",
