@@ -598,6 +598,16 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "route-stretch.json": ("python -m bench.route_stretch",
                            "how the complexity model's easy stretch and own-item weight were "
                            "chosen: 4-fold cross-validation on the own open prompts", ""),
+    "sampler-cost-nvml-h100.json": ("python -m bench.sampler_cost --nvml 0 --seconds 8 --rounds 2 "
+                                    "(on the device, bb47cb1)",
+                                    "the energy sampler on an H100's NVML counter (~3.4-4.0 ms a "
+                                    "read, the counter changes 10 times a second): 100 Hz flat, "
+                                    "what the quiet rate read before the hold, 40.9% of a core; "
+                                    "the quiet rate as shipped 7.3% (20 reads a second)", ""),
+    "sampler-cost-estimate-h100-host.json": ("python -m bench.sampler_cost --seconds 5 "
+                                             "--rounds 1 (on the device, bb47cb1)",
+                                             "the same on that host's CPU estimate: the quiet "
+                                             "rate stays near 100 Hz (92 reads a second)", ""),
     "sampler-cost-estimate.json": ("python -m bench.sampler_cost --seconds 8 --rounds 2",
                                    "the energy sampler's CPU, reads a second and read time at "
                                    "20 Hz, the quiet rate as shipped and 100 Hz flat, on this "
