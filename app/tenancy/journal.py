@@ -11,9 +11,10 @@ per request).
 
 Each gateway process writes its own segment files (`usage-<uuid>-<n>.jsonl`
 in the state directory's `journal/`) and holds an exclusive `flock` on its
-lock file (`usage-<uuid>.lock`) while it lives: one descriptor however many
-segments wait for the database (the segment being written keeps its own
-open; older ones are opened for each line they get). A new segment starts
+lock file (`usage-<uuid>.lock`) while it lives: a few descriptors however
+many segments wait for the database (the segment being written and the
+OPEN_OLD before it keep theirs; older ones are opened for each line they
+get). A new segment starts
 every `segment_bytes`; a segment is deleted once every row answered in it is
 committed. At start-up a gateway `recover`s the segments whose lock no
 living process holds (or, written by a version that locked each segment,
@@ -42,6 +43,9 @@ from app.outage import Outage
 log = logging.getLogger("joulegate.usage")
 SEGMENT_BYTES = 4 << 20
 LOCK_SUFFIX = ".lock"
+# Segments before the current one kept open: the final figures of the rows
+# answered last in a segment come within seconds, in it.
+OPEN_OLD = 2
 
 
 @dataclass
@@ -87,8 +91,9 @@ class UsageJournal:
                 except OSError as exc:  # a full disk: this segment goes on
                     self._failing.fail(f"no new segment: {exc}")
                 else:
-                    self._let_go(seg)
                     self._old.append(seg)
+                    for older in self._old[:-OPEN_OLD]:
+                        self._let_go(older)
                     self._current = fresh
 
     def final(self, request_id: str, net_j: float | None, gross_j: float | None,
