@@ -13,8 +13,9 @@
    (MAX_UNWRITTEN): a SpendLedger on SQLite with its journal, rows answered
    and recorded as a gateway does while inserts fail, then inserts allowed:
    the memory grown when MAX_UNWRITTEN rows wait and after as many again,
-   the seconds until every row is in the table, each once, and the journal
-   segments left.
+   the seconds until every row is in the table, each once, the journal
+   segments at the end of the outage, the descriptors the process grew by
+   meanwhile, and the journal's files left.
 
     python -m bench.outages  ->  bench/results/outages.json
 
@@ -122,6 +123,7 @@ def database_back(work: Path) -> dict[str, Any]:
     ledger._db.insert = maybe  # type: ignore[method-assign]
     total = spend.MAX_UNWRITTEN + BEYOND
     before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fds_before = len(os.listdir("/proc/self/fd"))
     now = time.time()
     for i in range(total):
         row = UsageRow(now, "other", "b", "auto", "small", "small", "direct", "chat", "ok",
@@ -132,6 +134,8 @@ def database_back(work: Path) -> dict[str, Any]:
             at_bound_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb) / 1024
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb) / 1024
     kept = len(ledger._unwritten)
+    segments = len(list(journal.glob("*.jsonl")))
+    fds_grown = len(os.listdir("/proc/self/fd")) - fds_before
     refusing[0] = False
     t0 = time.monotonic()
     count = 0
@@ -151,7 +155,10 @@ def database_back(work: Path) -> dict[str, Any]:
             "memory_grown_mb": round(grown_mb, 1),
             "seconds_until_all_written": round(seconds, 2),
             "rows_in_table": ledger_rows, "distinct_request_ids": distinct,
-            "journal_segments_left": len(list(journal.glob("*.jsonl")))}
+            "journal_segments_at_the_end_of_the_outage": segments,
+            "descriptors_grown_over_the_outage": fds_grown,
+            "journal_segments_left": len(list(journal.glob("*.jsonl"))),
+            "journal_files_left": len(list(journal.iterdir()))}
 
 
 def main() -> None:
