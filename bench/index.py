@@ -131,6 +131,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-stream-watch-c50.json": (AB + " --stream --connections 50",
                                  "streams watched without a task group", ""),
     "ab-usage-insert-c50.json": (AB + " --connections 50", "usage rows, many per INSERT", ""),
+    "ab-since-8d321ac-c50.json": (AB + " --base 8d321ac --connections 50 --rounds 3 --seconds 6",
+                                  "whether the code got slower since the gateways run before "
+                                  "(forced tier, c=50): 1,730 -> 1,912 req/s, no", ""),
+    "ab-since-8d321ac-auto-c1.json": (AB + " --base 8d321ac --model auto --rounds 4 --seconds 5",
+                                      "the same for `auto` at c=1: p99 2.23 -> 2.30 ms, "
+                                      "within its rounds", ""),
     "ab-usage-journal-c1.json": (AB + " --base 61fcd7e --rounds 4",
                                  "the usage journal and what came with it, against 61fcd7e",
                                  ""),
