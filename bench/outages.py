@@ -28,6 +28,7 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -167,11 +168,14 @@ def main() -> None:
                               "machine": f"{os.cpu_count()} cores",
                               "upstream": "fixed-answer nginx (bench.gateways)"}
     try:
-        result["agent_killed"] = agent_killed(work)
-    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-        result["agent_killed"] = {"error": str(exc)}
-    result["database_refusing"] = database_refusing(work)
-    result["database_back"] = database_back(work)
+        try:
+            result["agent_killed"] = agent_killed(work)
+        except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+            result["agent_killed"] = {"error": str(exc)}
+        result["database_refusing"] = database_refusing(work)
+        result["database_back"] = database_back(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # ~70 MB of databases and journals
     out = ROOT / "bench" / "results" / "outages.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
