@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -89,6 +90,7 @@ def main() -> None:
                     print(name, runs[name][-1], flush=True)
         finally:
             stop_nginx(work)
+    shutil.rmtree(work, ignore_errors=True)  # the base's worktree is gone already
     summary = {name: {"req_per_s_median": statistics.median(r["req_per_s"] for r in rs),
                       "p50_ms_median": statistics.median(r["p50_ms"] for r in rs),
                       "p99_ms_median": statistics.median(r["p99_ms"] for r in rs),

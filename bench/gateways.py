@@ -358,6 +358,7 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
         stop_nginx(work)
+        shutil.rmtree(work, ignore_errors=True)  # logs, databases, journals: ~70 MB
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         _plot(results, args.out.with_suffix(".png"))
