@@ -79,7 +79,8 @@ class Sampler:
             return None
         finally:
             took = time.perf_counter() - start
-            self._read_s += READ_WEIGHT * (took - self._read_s)
+            # the first read sets the average: a slow counter is never read fast
+            self._read_s += (READ_WEIGHT if self.reads else 1.0) * (took - self._read_s)
             self.read_seconds += took
             self.reads += 1
         s = Sample(self.ledger.clock(), r.counter_j, r.power_w)

@@ -105,9 +105,12 @@ def test_quiet_rate_held_to_cheap_reads() -> None:
     sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=10, quiet_hz=100)
     sampler.start()
     try:
-        time.sleep(0.3)  # the average read settles
+        time.sleep(0.3)
         assert sampler.quiet()
         rate = _reads_per_s(sampler, 1.0)
     finally:
         sampler.stop()
     assert rate < 15  # hz: 10 a second (was ~100)
+    first = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=10, quiet_hz=100)
+    first.sample_once()
+    assert first.quiet_period_s() == 0.1  # from the first read on, not after a few fast ones
