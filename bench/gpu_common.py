@@ -18,23 +18,9 @@ from typing import Any
 
 import httpx
 
+from bench.provenance import project_commit as project_commit
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def project_commit() -> str:
-    env_commit = os.environ.get("JOULEGATE_COMMIT")
-    if env_commit:
-        return env_commit
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout.strip()
-        # uncommitted changes to the code (results aside) are not that commit
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
-                                  "--", ".", ":!bench/results"], cwd=ROOT, check=True,
-                                 capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{head}+uncommitted" if changed else head
 
 
 @contextlib.contextmanager

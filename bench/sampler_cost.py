@@ -21,11 +21,11 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import project_commit
 from telemetry.ledger import Ledger
 from telemetry.reader import EnergyReader, Reading
 from telemetry.sampler import Sampler
@@ -74,16 +74,6 @@ def measure(reader: EnergyReader, source: str, seconds: float,
             1000.0 * sampler.quiet_period_s()}
 
 
-def _commit() -> str:
-    if os.environ.get("JOULEGATE_COMMIT"):
-        return os.environ["JOULEGATE_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _reader(nvml: int | None) -> tuple[EnergyReader, str, str]:
     if nvml is None:
         from telemetry.estimate import EstimateReader
@@ -112,7 +102,7 @@ def main() -> None:
     rows = {name: {field: statistics.median(r[field] for r in rs) for field in rs[0]}
             for name, rs in runs.items()}
     result: dict[str, Any] = {
-        "commit": _commit(), "source": source, "device": device, "cpu_count": os.cpu_count(),
+        "commit": project_commit(), "source": source, "device": device, "cpu_count": os.cpu_count(),
         "seconds_each": args.seconds, "rounds": args.rounds,
         "note": "one sampler thread, no request open (the quiet case), nothing else "
                 "running; cpu_percent is this process's CPU (the thread's) over wall time; "
