@@ -68,7 +68,8 @@ class UsageJournal:
         self._prefix = f"usage-{uuid.uuid4().hex[:12]}"
         self._segment_bytes = segment_bytes
         self._lock = threading.Lock()
-        self._held = _hold(folder / f"{self._prefix}{LOCK_SUFFIX}")
+        self._lock_path = folder / f"{self._prefix}{LOCK_SUFFIX}"
+        self._held = _hold(self._lock_path)
         self._n = 0
         self._where: dict[str, _Segment] = {}  # request id -> its segment
         self._old: list[_Segment] = []
@@ -194,7 +195,7 @@ class UsageJournal:
                     kept = True
             self._old = []
             if not kept:
-                (self._folder / f"{self._prefix}{LOCK_SUFFIX}").unlink(missing_ok=True)
+                self._lock_path.unlink(missing_ok=True)
             os.close(self._held)  # releases the lock: what is kept is recovered next time
 
     def _new_segment(self) -> _Segment:
@@ -239,7 +240,8 @@ def recover(folder: Path, have: Callable[[list[dict[str, Any]]], set[str]],
     rows: dict[str, dict[str, Any]] = {}
     finals: dict[str, dict[str, Any]] = {}
     committed: set[str] = set()
-    paths: list[Path] = []
+    taken: list[Path] = []  # segments of dead processes
+    locks: list[Path] = []  # and their lock files
     try:
         for lock, segments in _by_process(folder).items():
             if lock.exists():
@@ -247,22 +249,22 @@ def recover(folder: Path, have: Callable[[list[dict[str, Any]]], set[str]],
                 if fd is None:
                     continue  # its process lives
                 held.append(fd)
-                paths.extend([*segments, lock])
+                locks.append(lock)
+                taken.extend(segments)
             else:  # an older version's: each segment locked on its own
                 for path in segments:
                     fd = _lock_if_dead(path)
                     if fd is not None:
                         held.append(fd)
-                        paths.append(path)
-        for path in paths:
-            if path.suffix == ".jsonl":
-                _read(path, rows, finals, committed)
+                        taken.append(path)
+        for path in taken:
+            _read(path, rows, finals, committed)
         todo = [rid for rid in rows if rid not in committed]
         present = have([rows[rid] for rid in todo]) if todo else set()
         out = [_completed(rows[rid], finals.get(rid)) for rid in todo if rid not in present]
         if out:
             write(out)
-        for path in paths:
+        for path in [*taken, *locks]:
             path.unlink(missing_ok=True)
         return len(out)
     finally:
