@@ -52,7 +52,7 @@ SAMPLE_HZ = 20.0
 VOCAB_MAX = 100000  # token ids drawn below this (the Llama-3 vocabulary has 128256)
 
 
-def sampler_cost(seconds: float) -> dict[str, float]:
+def sampler_cost(seconds: float) -> dict[str, Any]:
     """CPU seconds per wall second of one NVML sampler thread, nothing else running."""
     reader = NvmlReader(0)
     sampler = Sampler(reader, Ledger("nvml"), hz=SAMPLE_HZ)
@@ -69,6 +69,10 @@ def sampler_cost(seconds: float) -> dict[str, float]:
         "sampler_hz": SAMPLE_HZ,
         "nvml_read_ms_mean": 1000.0 * sampler.read_seconds / max(1, sampler.reads),
         "sampler_reads": sampler.reads,
+        "sampler_reads_per_s": sampler.reads / wall,
+        # read on the counter's beat (telemetry/cadence.py) or on the timer
+        "sampler_on_beat": sampler.cadence.state == "locked",
+        "counter_beat_ms": 1000.0 * (sampler.cadence.beat_s or 0.0),
     }
 
 

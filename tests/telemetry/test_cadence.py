@@ -1,0 +1,136 @@
+"""The cadence learns a stepping counter's beat and reads once just after each
+step (plus a probe every few beats): simulated time, a counter that steps on
+a beat with jitter, reads that take milliseconds and start late."""
+
+from __future__ import annotations
+
+import bisect
+import random
+import statistics
+from dataclasses import dataclass
+
+from telemetry.cadence import LEARN_FOR_S, RELEARN_AFTER_S, Cadence
+
+TIMER_S = 0.05  # the sampler's timer: 20 Hz
+
+
+@dataclass
+class Run:
+    reads_per_s: float  # after the first LEARN_FOR_S
+    lags_s: list[float]  # from each step to the end of the read that saw it
+    merged: int  # reads in that time that saw two steps or more at once
+    cadence: Cadence
+
+    @property
+    def lag_median_s(self) -> float:
+        return statistics.median(self.lags_s)
+
+
+def run(steps: list[float], seconds: float, read_s: float = 0.004, late_s: float = 0.001,
+        seed: int = 1, reads: bool = True) -> Run:
+    """Reads as the sampler thread does: at the cadence's time, starting up to
+    `late_s` late, each taking ~`read_s`, the counter taken at a moment inside."""
+    rng = random.Random(seed)
+    cadence = Cadence(min_beat_s=TIMER_S * 1.125)
+    t, n_prev, timer = 0.0, None, 0.0
+    count = 0
+    lags: list[float] = []
+    merged = 0
+    while t < seconds:
+        start = t + rng.uniform(0, late_s)
+        end = start + read_s * rng.uniform(0.8, 1.2)
+        n = bisect.bisect_right(steps, rng.uniform(start, end))
+        changed = n_prev is not None and n != n_prev
+        if start > LEARN_FOR_S:
+            count += 1
+            if changed:
+                lags.append(end - steps[n - 1])
+                merged += n - (n_prev or 0) > 1
+        n_prev = n
+        if reads:
+            cadence.observe(start, end, changed)
+        timer = max(timer + TIMER_S, end)
+        t = max(end, cadence.next_read(end, timer))
+    return Run(count / (seconds - LEARN_FOR_S), lags, merged, cadence)
+
+
+def beats(beat_s: float, seconds: float, jitter_s: float = 0.0005, seed: int = 2) -> list[float]:
+    rng = random.Random(seed)
+    first = rng.uniform(0, beat_s)
+    return [first + k * beat_s + rng.uniform(-jitter_s, jitter_s)
+            for k in range(int(seconds / beat_s) + 2)]
+
+
+def test_reads_once_just_after_each_step_of_a_100ms_counter() -> None:
+    """NVML's beat (100 ms, ~4 ms a read): ~12.5 reads a second (20 on the
+    timer), each step seen ~10 ms after it (0-50 ms on the timer)."""
+    r = run(beats(0.1, 60), 60)
+    assert r.cadence.state == "locked"
+    assert r.cadence.beat_s is not None and abs(r.cadence.beat_s - 0.1) < 0.0005
+    assert r.merged == 0  # every step seen on its own
+    assert r.reads_per_s < 13.5
+    assert r.lag_median_s < 0.012 and max(r.lags_s) < 0.025
+
+
+def test_late_wakes_and_jitter_keep_every_step() -> None:
+    """A thread that wakes up to 10 ms late (an event loop holding the
+    interpreter) and a beat with ±3 ms jitter: still one read a step or so."""
+    for seed in range(5):
+        r = run(beats(0.1, 40, jitter_s=0.003, seed=seed), 40, late_s=0.01, seed=seed)
+        assert r.cadence.state == "locked"
+        assert r.merged == 0
+        assert r.reads_per_s < 14
+        assert r.lag_median_s < 0.02
+
+
+def test_follows_a_beat_that_moves() -> None:
+    """A beat that stretches from 100 to 105 ms, one that jumps from 100 to
+    90 ms, and a 250 ms one: each is measured from the bracketed steps and
+    followed (after a jump, learned again)."""
+    stretching = [0.03 + k * 0.1 + k * k * 0.005 / 800 for k in range(400)]
+    r = run(stretching, 40)
+    assert r.cadence.state == "locked" and r.merged == 0
+    assert r.cadence.beat_s is not None and abs(r.cadence.beat_s - 0.105) < 0.001
+    jump = [0.03 + k * 0.1 for k in range(100)] + [10.03 + k * 0.09 for k in range(1, 300)]
+    r = run(jump, 30)
+    assert r.cadence.state == "locked" and r.merged <= 3
+    assert r.cadence.beat_s is not None and abs(r.cadence.beat_s - 0.09) < 0.001
+    r = run(beats(0.25, 40), 40)
+    assert r.cadence.state == "locked" and r.merged == 0 and r.reads_per_s < 6
+
+
+def test_a_counter_without_a_slow_beat_is_read_on_the_timer() -> None:
+    """A counter that moves every 10 ms (a CPU estimate, RAPL) or faster than
+    the timer would read it: off, on the timer, learning again only after
+    RELEARN_AFTER_S (then twice that)."""
+    for beat_s in (0.01, 0.04):
+        r = run(beats(beat_s, 30), 30)
+        assert r.cadence.state == "off" and r.cadence.learned == 0
+        assert 19 < r.reads_per_s < 21  # the timer's 20
+    c = Cadence()
+    c.observe(0.0, 0.004, False)
+    assert c.next_read(0.004, 0.05) == 0.004 + 0.002  # learning: back to back
+    c._off(1.0)
+    assert c.next_read(1.1, 1.15) == 1.15
+    assert c.next_read(1.0 + RELEARN_AFTER_S, 9e9) < 9e9  # learning again
+    c._off(100.0)
+    assert c.next_read(100.0 + 1.5 * RELEARN_AFTER_S, 123.0) == 123.0  # the next wait is doubled
+
+
+def test_a_stalled_counter_falls_back_to_the_timer() -> None:
+    """Steps stop (a device gone quiet in its counter): the cadence looks for
+    half a beat, learns for at most LEARN_FOR_S, then reads on the timer."""
+    steps = [s for s in beats(0.1, 30) if s < 10]
+    r = run(steps, 30)
+    assert r.cadence.state == "off"
+    late = run(steps, 30)
+    assert late.reads_per_s < 25  # timer reads, and one learning burst of at most 2 s
+
+
+def test_reads_that_stop_coming_make_it_learn_again() -> None:
+    """Failing reads are retried on the sampler's timer; when reads come back
+    after more than half a beat, the phase is not trusted."""
+    r = run(beats(0.1, 10), 10)
+    assert r.cadence.state == "locked"
+    assert r.cadence.next_read(20.0, 20.05) == 20.0 + 0.002
+    assert r.cadence.state == "learning"
