@@ -14,7 +14,10 @@ the timer); and 100 Hz flat, what the quiet rate read before the hold.
 Each run includes the beat's learning (about half a second of reads back
 to back). With
 `--nvml N` the counter is GPU N's through NVML; without, the CPU estimate
-(/proc/stat). Needs only the standard library (and pynvml for --nvml).
+(/proc/stat). Then, in turns, how late each counter step is seen on the timer and on the
+beat, against the main thread's back-to-back reads (on the CPU estimate,
+which changes on nearly every read, this says little). Needs only the
+standard library (and pynvml for --nvml).
 """
 
 from __future__ import annotations
@@ -83,6 +86,34 @@ def measure(reader: EnergyReader, source: str, seconds: float,
             "beat_ms": 1000.0 * (sampler.cadence.beat_s or 0.0)}
 
 
+def lag(reader: EnergyReader, seconds: float, on_beat: bool) -> dict[str, float]:
+    """How late the sampler sees each counter step: the main thread reads the
+    counter back to back (the reference: each step bracketed by two of its
+    reads, placed at their middle) while the sampler (hz 20, quiet_hz 100) runs.
+    The reference's reads compete with the sampler's, so no CPU is reported."""
+    sampler = Sampler(_Kept(reader), Ledger("lag"), hz=20.0, quiet_hz=100.0, on_beat=on_beat)
+    sampler.start()
+    time.sleep(1.0)  # the beat learned, where it is
+    reference: list[tuple[float, float, float]] = []  # (start, end, counter_j)
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop:
+        start = time.monotonic()
+        counter_j = reader.read().counter_j
+        reference.append((start, time.monotonic(), counter_j))
+    sampler.stop()
+    steps = [(a[0] + b[1]) / 2 for a, b in itertools.pairwise(reference) if b[2] != a[2]]
+    values = [b[2] for a, b in itertools.pairwise(reference) if b[2] != a[2]]
+    lags = []
+    for a, b in itertools.pairwise(list(sampler.samples)):
+        if b.counter_j != a.counter_j and b.counter_j in values and b.t < reference[-1][0]:
+            lags.append(b.t - steps[values.index(b.counter_j)])
+    lags.sort()
+    return {"lag_ms_median": 1000.0 * statistics.median(lags) if lags else -1.0,
+            "lag_ms_p90": 1000.0 * lags[int(0.9 * len(lags))] if lags else -1.0,
+            "changes_timed": float(len(lags)),
+            "reference_read_ms": 1000.0 * statistics.median(e - s for s, e, _ in reference)}
+
+
 def _reader(nvml: int | None) -> tuple[EnergyReader, str, str]:
     if nvml is None:
         from telemetry.estimate import EstimateReader
@@ -107,6 +138,11 @@ def main() -> None:
         for name, rate in RATES.items():
             runs[name].append(measure(reader, source, args.seconds, rate))
             print(name, runs[name][-1], flush=True)
+    lags: dict[str, list[dict[str, float]]] = {"on the timer": [], "on the beat": []}
+    for _ in range(args.rounds):  # in turns
+        for name in lags:
+            lags[name].append(lag(reader, args.seconds, name == "on the beat"))
+            print("lag", name, lags[name][-1], flush=True)
     reader.close()
     rows = {name: {field: statistics.median(r[field] for r in rs) for field in rs[0]}
             for name, rs in runs.items()}
@@ -116,7 +152,13 @@ def main() -> None:
         "note": "one sampler thread, no request open (the quiet case), nothing else "
                 "running; cpu_percent is this process's CPU (the thread's) over wall time; "
                 "medians of the rounds, in turns",
-        "rates": rows, "runs": runs}
+        "rates": rows, "runs": runs,
+        "lag_note": "how long after a counter step the sampler's sample comes (quiet, "
+                    "hz 20): steps placed by back-to-back reads of the main thread; medians "
+                    "of the rounds",
+        "lag": {name: {field: statistics.median(r[field] for r in rs) for field in rs[0]}
+                for name, rs in lags.items()},
+        "lag_runs": lags}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"sampler-cost-{source}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
