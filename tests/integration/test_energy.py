@@ -22,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 def fake_gpu(spec: DeviceSpec) -> MeteredDevice:
-    counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1)
+    # read as NVML is (milliseconds a read): the sampler reads it on its beat
+    counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1, read_s=0.003)
     counter._t = counter._next_step = time.monotonic()
     return MeteredDevice(spec, counter, Ledger("nvml", idle_power_w=100.0))
 

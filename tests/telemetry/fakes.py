@@ -6,6 +6,7 @@ boundaries, like NVML on the H200 (../shared/bench/h200-nvml-steps.txt).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from telemetry.reader import ReaderError, Reading
@@ -16,11 +17,12 @@ class SteppingCounter:
     name = "fake-gpu"
 
     def __init__(self, power_w: Callable[[float], float], clock: Callable[[], float],
-                 step_s: float = 0.1, dt_s: float = 0.001) -> None:
+                 step_s: float = 0.1, dt_s: float = 0.001, read_s: float = 0.0) -> None:
         self._power_w = power_w
         self._clock = clock
         self._step_s = step_s
         self._dt_s = dt_s
+        self._read_s = read_s  # each read takes this long (NVML's take ~4 ms), 0: instant
         self._t = 0.0
         self._energy_j = 0.0
         self._published_j = 0.0
@@ -43,6 +45,8 @@ class SteppingCounter:
     def read(self) -> Reading:
         if self.fail:
             raise ReaderError("fake failure")
+        if self._read_s:
+            time.sleep(self._read_s)
         now = self._clock()
         self._advance(now)
         return Reading(self._published_j + self.offset_j, self._power_w(now))

@@ -9,7 +9,6 @@ import threading
 import time
 
 from telemetry.ledger import Ledger
-from telemetry.reader import Reading
 from telemetry.sampler import QUIET_OPEN, Sampler
 from tests.telemetry.fakes import SteppingCounter
 
@@ -92,19 +91,11 @@ def test_reads_slowly_while_the_interpreter_is_held() -> None:
         sampler.stop()
 
 
-class _SlowReads(SteppingCounter):
-    """A counter read as NVML's is: each read takes milliseconds."""
-
-    def read(self) -> Reading:
-        time.sleep(0.003)
-        return super().read()
-
-
 def test_quiet_rate_held_to_cheap_reads() -> None:
     """Reading at the quiet rate pays only where a read is cheap: reads of
     ~3 ms (an NVML energy read takes ~4) keep the sampler at `hz`, few
     requests running or not."""
-    counter = _SlowReads(lambda t: 150.0, time.monotonic, step_s=0.005)
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.005, read_s=0.003)
     counter._next_step = counter._t = time.monotonic()
     sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=10, quiet_hz=100)
     sampler.start()
@@ -125,7 +116,7 @@ def test_a_dear_counter_is_read_on_its_beat() -> None:
     learns the beat (telemetry/cadence.py) and reads about once a step, each
     change seen a few milliseconds after it, where its 20 Hz timer would read
     20 times a second and see a change 0-50 ms late."""
-    counter = _SlowReads(lambda t: 150.0, time.monotonic, step_s=0.1)
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.1, read_s=0.003)
     t0 = counter._next_step = counter._t = time.monotonic() + 0.037
     sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=20, quiet_hz=100)
     sampler.start()
