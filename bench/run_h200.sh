@@ -29,7 +29,7 @@ models="llama-1b llama-8b"
 if [ -n "$phases" ] && [[ " $phases " != *" calibrate "* && " $phases " != *" replay "* ]]; then
   models="llama-1b"
 fi
-LIMIT_S=560 SETUP_MODELS="$models"
+LIMIT_S="${LIMIT_S:-560}" SETUP_MODELS="$models"  # LIMIT_S: less where the call did other work first
 # shellcheck source=bench/device_prelude.sh
 . bench/device_prelude.sh
 for phase in calibrate replay telemetry; do
