@@ -1,0 +1,131 @@
+"""The sampler's read schedule against a simulated stepping counter: on the
+20 Hz timer and on the counter's beat (telemetry/cadence.py), in simulated
+time, so the figures are the schedule's alone (no GPU, no threads).
+
+    python -m bench.cadence_sim [--seconds 120] [--seeds 5]
+        ->  bench/results/cadence-sim.json
+
+The counter steps on a beat with jitter, like NVML's energy counter (100 ms,
+../shared/bench/h200-nvml-steps.txt); each read takes ~`read_s` (NVML: 3.5-4
+ms of CPU, bench/results/sampler-cost-nvml-h100.json) and starts up to
+`late_s` after it was due (a thread waiting for the interpreter); the counter
+is taken at a moment inside the read. Per case: reads a second, how long
+after each step the read that saw it ended (lag), and reads that saw two
+steps at once (merged). All figures are `simulated`: the real counter's are
+`python -m bench.sampler_cost --nvml 0`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import random
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.provenance import project_commit
+from telemetry.cadence import LEARN_FOR_S, PROBE_EVERY, Cadence
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMER_S = 0.05  # the sampler's timer: SAMPLE_HZ 20
+
+
+@dataclass
+class Run:
+    reads_per_s: float  # after the first LEARN_FOR_S
+    lags_s: list[float]  # from each step to the end of the read that saw it
+    merged: int  # reads in that time that saw two steps or more at once
+    cadence: Cadence
+
+    @property
+    def lag_median_s(self) -> float:
+        return statistics.median(self.lags_s)
+
+
+def beats(beat_s: float, seconds: float, jitter_s: float = 0.0005, seed: int = 2) -> list[float]:
+    """Step times: a beat from a random phase, each step off by up to `jitter_s`."""
+    rng = random.Random(seed)
+    first = rng.uniform(0, beat_s)
+    return [first + k * beat_s + rng.uniform(-jitter_s, jitter_s)
+            for k in range(int(seconds / beat_s) + 2)]
+
+
+def simulate(steps: list[float], seconds: float, read_s: float = 0.004, late_s: float = 0.001,
+             seed: int = 1, on_beat: bool = True) -> Run:
+    """Reads as the sampler thread does: at the cadence's time (or the timer's),
+    starting up to `late_s` late, each taking ~`read_s`."""
+    rng = random.Random(seed)
+    cadence = Cadence(min_beat_s=TIMER_S * (1 + 1 / PROBE_EVERY))
+    t, n_prev, timer = 0.0, None, 0.0
+    count, merged = 0, 0
+    lags: list[float] = []
+    while t < seconds:
+        start = t + rng.uniform(0, late_s)
+        end = start + read_s * rng.uniform(0.8, 1.2)
+        n = bisect.bisect_right(steps, rng.uniform(start, end))
+        changed = n_prev is not None and n != n_prev
+        if start > LEARN_FOR_S:
+            count += 1
+            if changed:
+                lags.append(end - steps[n - 1])
+                merged += n - (n_prev or 0) > 1
+        n_prev = n
+        timer = max(timer + TIMER_S, end)
+        if on_beat:
+            cadence.observe(start, end, changed)
+            t = max(end, cadence.next_read(end, timer))
+        else:
+            t = timer
+    return Run(count / (seconds - LEARN_FOR_S), lags, merged, cadence)
+
+
+CASES: dict[str, dict[str, float]] = {
+    "NVML-like: 100 ms beat, 4 ms reads, woken up to 1 ms late": {},
+    "busy interpreter: woken up to 10 ms late, beat jitter 3 ms": {"late_s": 0.01,
+                                                                  "jitter_s": 0.003},
+    "a 250 ms beat": {"beat_s": 0.25},
+    "a 40 ms beat (faster than the timer: stays on it)": {"beat_s": 0.04},
+}
+
+
+def case(seconds: float, seeds: int, on_beat: bool, beat_s: float = 0.1,
+         jitter_s: float = 0.0005, late_s: float = 0.001) -> dict[str, float]:
+    runs = [simulate(beats(beat_s, seconds, jitter_s, seed), seconds, late_s=late_s,
+                     seed=seed, on_beat=on_beat) for seed in range(seeds)]
+    lags = sorted(lag for r in runs for lag in r.lags_s)
+    return {"reads_per_s": statistics.median(r.reads_per_s for r in runs),
+            "lag_ms_median": 1000.0 * statistics.median(lags),
+            "lag_ms_p90": 1000.0 * lags[int(0.9 * len(lags))],
+            "lag_ms_max": 1000.0 * lags[-1],
+            "merged_reads": float(sum(r.merged for r in runs)),
+            "on_the_beat_at_the_end": float(sum(r.cadence.state == "locked" for r in runs))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args()
+    rows: dict[str, Any] = {}
+    for name, kw in CASES.items():
+        rows[name] = {"timer (20 Hz)": case(args.seconds, args.seeds, False, **kw),
+                      "on the beat": case(args.seconds, args.seeds, True, **kw)}
+        print(name, json.dumps(rows[name]), flush=True)
+    result = {"commit": project_commit(), "source": "simulated",
+              "seconds_each": args.seconds, "seeds": args.seeds,
+              "note": "simulated counter and reads (no GPU, no threads): the schedule's "
+                      "figures alone; reads_per_s is the median over seeds, lags pooled, "
+                      "merged_reads and on_the_beat_at_the_end summed over seeds",
+              "cases": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "cadence-sim.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
