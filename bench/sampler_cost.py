@@ -101,17 +101,21 @@ def lag(reader: EnergyReader, seconds: float, on_beat: bool) -> dict[str, float]
         counter_j = reader.read().counter_j
         reference.append((start, time.monotonic(), counter_j))
     sampler.stop()
-    steps = [(a[0] + b[1]) / 2 for a, b in itertools.pairwise(reference) if b[2] != a[2]]
-    values = [b[2] for a, b in itertools.pairwise(reference) if b[2] != a[2]]
-    lags = []
-    for a, b in itertools.pairwise(list(sampler.samples)):
-        if b.counter_j != a.counter_j and b.counter_j in values and b.t < reference[-1][0]:
-            lags.append(b.t - steps[values.index(b.counter_j)])
-    lags.sort()
+    # each value the counter stepped to -> when (between the two reads around it)
+    step_at = {b[2]: (a[0] + b[1]) / 2 for a, b in itertools.pairwise(reference) if b[2] != a[2]}
+    lags = sorted(b.t - step_at[b.counter_j] for a, b in itertools.pairwise(list(sampler.samples))
+                  if b.counter_j != a.counter_j and b.counter_j in step_at
+                  and b.t < reference[-1][0])
     return {"lag_ms_median": 1000.0 * statistics.median(lags) if lags else -1.0,
             "lag_ms_p90": 1000.0 * lags[int(0.9 * len(lags))] if lags else -1.0,
             "changes_timed": float(len(lags)),
             "reference_read_ms": 1000.0 * statistics.median(e - s for s, e, _ in reference)}
+
+
+def _medians(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each row's fields, the median over its rounds."""
+    return {name: {field: statistics.median(r[field] for r in rs) for field in rs[0]}
+            for name, rs in runs.items()}
 
 
 def _reader(nvml: int | None) -> tuple[EnergyReader, str, str]:
@@ -144,8 +148,7 @@ def main() -> None:
             lags[name].append(lag(reader, args.seconds, name == "on the beat"))
             print("lag", name, lags[name][-1], flush=True)
     reader.close()
-    rows = {name: {field: statistics.median(r[field] for r in rs) for field in rs[0]}
-            for name, rs in runs.items()}
+    rows = _medians(runs)
     result: dict[str, Any] = {
         "commit": project_commit(), "source": source, "device": device, "cpu_count": os.cpu_count(),
         "seconds_each": args.seconds, "rounds": args.rounds,
@@ -156,8 +159,7 @@ def main() -> None:
         "lag_note": "how long after a counter step the sampler's sample comes (quiet, "
                     "hz 20): steps placed by back-to-back reads of the main thread; medians "
                     "of the rounds",
-        "lag": {name: {field: statistics.median(r[field] for r in rs) for field in rs[0]}
-                for name, rs in lags.items()},
+        "lag": _medians(lags),
         "lag_runs": lags}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"sampler-cost-{source}.json"

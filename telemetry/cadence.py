@@ -118,8 +118,8 @@ class Cadence:
                 self._off(end)
                 return
             self._changed_at = end
-        if changed and lower is not None:
-            self._steps.append((lower, end))
+            if lower is not None:
+                self._steps.append((lower, end))
         if len(self._steps) >= LEARN_STEPS:
             pairs = list(itertools.pairwise(self._steps))
             gaps = [(b[0] + b[1] - a[0] - a[1]) / 2 for a, b in pairs]
