@@ -10,8 +10,12 @@ The counter steps on a beat with jitter, like NVML's energy counter (100 ms,
 ms of CPU, bench/results/sampler-cost-nvml-h100.json) and starts up to
 `late_s` after it was due (a thread waiting for the interpreter); the counter
 is taken at a moment inside the read. Per case: reads a second, how long
-after each step the read that saw it ended (lag), and reads that saw two
-steps at once (merged). All figures are `simulated`: the real counter's are
+after each step the read that saw it ended (lag), reads that saw two
+steps at once (merged), and how far off the time the sampler gives each
+change is (dating error: the span ends the ledger splits energy by): on
+the timer the read's end (as before the cadence dated changes) and the
+middle of the change's bracket (a dear counter with no beat, now), on the
+beat the step the cadence expected. All figures are `simulated`: the real counter's are
 `python -m bench.sampler_cost --nvml 0`.
 """
 
@@ -37,6 +41,8 @@ TIMER_S = 0.05  # the sampler's timer: SAMPLE_HZ 20
 class Run:
     reads_per_s: float  # after the first LEARN_FOR_S
     lags_s: list[float]  # from each step to the end of the read that saw it
+    dated_s: list[float]  # each change's time as dated, less the step's
+    middle_s: list[float]  # the same, dated by the middle of its bracket
     merged: int  # reads in that time that saw two steps or more at once
     cadence: Cadence
 
@@ -59,27 +65,29 @@ def simulate(steps: list[float], seconds: float, read_s: float = 0.004, late_s: 
     starting up to `late_s` late, each taking ~`read_s`."""
     rng = random.Random(seed)
     cadence = Cadence(min_beat_s=TIMER_S * (1 + 1 / PROBE_EVERY))
-    t, n_prev, timer = 0.0, None, 0.0
+    t, n_prev, timer, unchanged_at = 0.0, None, 0.0, None
     count, merged = 0, 0
     lags: list[float] = []
+    dated: list[float] = []
+    middle: list[float] = []
     while t < seconds:
         start = t + rng.uniform(0, late_s)
         end = start + read_s * rng.uniform(0.8, 1.2)
         n = bisect.bisect_right(steps, rng.uniform(start, end))
         changed = n_prev is not None and n != n_prev
+        at = cadence.observe(start, end, changed) if on_beat else end
         if start > LEARN_FOR_S:
             count += 1
             if changed:
                 lags.append(end - steps[n - 1])
+                dated.append(at - steps[n - 1])
+                if unchanged_at is not None:
+                    middle.append((unchanged_at + end) / 2 - steps[n - 1])
                 merged += n - (n_prev or 0) > 1
-        n_prev = n
+        n_prev, unchanged_at = n, None if changed else start
         timer = max(timer + TIMER_S, end)
-        if on_beat:
-            cadence.observe(start, end, changed)
-            t = max(end, cadence.next_read(end, timer))
-        else:
-            t = timer
-    return Run(count / (seconds - LEARN_FOR_S), lags, merged, cadence)
+        t = max(end, cadence.next_read(end, timer)) if on_beat else timer
+    return Run(count / (seconds - LEARN_FOR_S), lags, dated, middle, merged, cadence)
 
 
 CASES: dict[str, dict[str, float]] = {
@@ -96,12 +104,26 @@ def case(seconds: float, seeds: int, on_beat: bool, beat_s: float = 0.1,
     runs = [simulate(beats(beat_s, seconds, jitter_s, seed), seconds, late_s=late_s,
                      seed=seed, on_beat=on_beat) for seed in range(seeds)]
     lags = sorted(lag for r in runs for lag in r.lags_s)
-    return {"reads_per_s": statistics.median(r.reads_per_s for r in runs),
-            "lag_ms_median": 1000.0 * statistics.median(lags),
-            "lag_ms_p90": 1000.0 * lags[int(0.9 * len(lags))],
-            "lag_ms_max": 1000.0 * lags[-1],
-            "merged_reads": float(sum(r.merged for r in runs)),
-            "on_the_beat_at_the_end": float(sum(r.cadence.state == "locked" for r in runs))}
+    row = {"reads_per_s": statistics.median(r.reads_per_s for r in runs),
+           "lag_ms_median": 1000.0 * statistics.median(lags),
+           "lag_ms_p90": 1000.0 * lags[int(0.9 * len(lags))],
+           "lag_ms_max": 1000.0 * lags[-1],
+           "merged_reads": float(sum(r.merged for r in runs)),
+           "on_the_beat_at_the_end": float(sum(r.cadence.state == "locked" for r in runs))}
+    row.update(_errors("dated", [e for r in runs for e in r.dated_s]))
+    if not on_beat:
+        row.update(_errors("bracket_middle", [e for r in runs for e in r.middle_s]))
+    return row
+
+
+def _errors(name: str, errors_s: list[float]) -> dict[str, float]:
+    """A dating's errors: their mean (the bias) and the median and p90 of their size."""
+    size = sorted(abs(e) for e in errors_s)
+    if not size:  # no change bracketed (a beat faster than the reads)
+        return {}
+    return {f"{name}_error_ms_mean": 1000.0 * statistics.fmean(errors_s),
+            f"{name}_error_ms_median": 1000.0 * statistics.median(size),
+            f"{name}_error_ms_p90": 1000.0 * size[int(0.9 * len(size))]}
 
 
 def main() -> None:
@@ -118,7 +140,10 @@ def main() -> None:
     result = {"commit": project_commit(), "source": "simulated",
               "seconds_each": args.seconds, "seeds": args.seeds,
               "note": "simulated counter and reads (no GPU, no threads): the schedule's "
-                      "figures alone; reads_per_s is the median over seeds, lags pooled, "
+                      "figures alone; reads_per_s is the median over seeds, lags and "
+                      "dating errors pooled (dated: the time the sampler gives each change; "
+                      "on the timer the read's end, bracket_middle what a dear counter "
+                      "without a beat now gets), "
                       "merged_reads and on_the_beat_at_the_end summed over seeds",
               "cases": rows}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,9 @@ Each run includes the beat's learning (about half a second of reads back
 to back). With
 `--nvml N` the counter is GPU N's through NVML; without, the CPU estimate
 (/proc/stat). Then, in turns, how late each counter step is seen on the timer and on the
-beat, against the main thread's back-to-back reads (on the CPU estimate,
-which changes on nearly every read, this says little). Needs only the
+beat, and how far off the time the sampler gives each change is, against the
+main thread's back-to-back reads (on the CPU estimate, which changes on
+nearly every read, this says little). Needs only the
 standard library (and pynvml for --nvml).
 """
 
@@ -103,11 +104,17 @@ def lag(reader: EnergyReader, seconds: float, on_beat: bool) -> dict[str, float]
     sampler.stop()
     # each value the counter stepped to -> when (between the two reads around it)
     step_at = {b[2]: (a[0] + b[1]) / 2 for a, b in itertools.pairwise(reference) if b[2] != a[2]}
-    lags = sorted(b.t - step_at[b.counter_j] for a, b in itertools.pairwise(list(sampler.samples))
-                  if b.counter_j != a.counter_j and b.counter_j in step_at
-                  and b.t < reference[-1][0])
+    changes = [b for a, b in itertools.pairwise(list(sampler.samples))
+               if b.counter_j != a.counter_j and b.counter_j in step_at
+               and b.read_t < reference[-1][0]]
+    lags = sorted(b.read_t - step_at[b.counter_j] for b in changes)
+    dated = [b.t - step_at[b.counter_j] for b in changes]  # the span ends the ledger gets
+    size = sorted(abs(e) for e in dated)
     return {"lag_ms_median": 1000.0 * statistics.median(lags) if lags else -1.0,
             "lag_ms_p90": 1000.0 * lags[int(0.9 * len(lags))] if lags else -1.0,
+            "dated_error_ms_mean": 1000.0 * statistics.fmean(dated) if dated else -1.0,
+            "dated_error_ms_median": 1000.0 * statistics.median(size) if size else -1.0,
+            "dated_error_ms_p90": 1000.0 * size[int(0.9 * len(size))] if size else -1.0,
             "changes_timed": float(len(lags)),
             "reference_read_ms": 1000.0 * statistics.median(e - s for s, e, _ in reference)}
 
@@ -156,9 +163,11 @@ def main() -> None:
                 "running; cpu_percent is this process's CPU (the thread's) over wall time; "
                 "medians of the rounds, in turns",
         "rates": rows, "runs": runs,
-        "lag_note": "how long after a counter step the sampler's sample comes (quiet, "
-                    "hz 20): steps placed by back-to-back reads of the main thread; medians "
-                    "of the rounds",
+        "lag_note": "how long after a counter step the sampler's read that saw it ended "
+                    "(lag), and how far off the time it gave the change is (dated_error: "
+                    "mean, and median and p90 of its size; on the timer the read's end): "
+                    "quiet, hz 20; steps placed by back-to-back reads of the main thread; "
+                    "medians of the rounds",
         "lag": _medians(lags),
         "lag_runs": lags}
     args.out.mkdir(parents=True, exist_ok=True)

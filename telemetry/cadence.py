@@ -25,6 +25,14 @@ expected step, and one more before it every few beats:
 - off: the sampler's timer (a counter with no steady beat, or a stalled one),
   learning again RELEARN_AFTER_S later, doubling while it keeps failing.
 
+It also dates each change: the counter's new value is the energy up to the
+step, not up to the read that found it, so a span's ends are the steps'
+times. On the beat that is the expected step (the phase, smoothed over the
+bracketed steps); elsewhere the middle of the change's bracket (from the
+start of the last read that found no change to the end of the one that
+found it), or the read's end where no read before it found the counter
+still (a counter that moves on every read: its value is the read's).
+
 Pure decisions on times: the sampler thread tells it each read's start, end
 and whether the counter moved, and asks when to read next.
 """
@@ -74,17 +82,21 @@ class Cadence:
         self._beats = 0  # beats since the last bracketed step
         self._probe = False  # read before the next expected step too
 
-    def observe(self, start: float, end: float, changed: bool) -> None:
+    def observe(self, start: float, end: float, changed: bool) -> float:
         """One read, from `start` to `end`; `changed`: the counter moved since
-        the read before it."""
+        the read before it. Returns when the value it found was reached: the
+        change's time, estimated (`end` for a read that found no change)."""
         took = end - start
         self._read_s += (READ_WEIGHT if self._read_s else 1.0) * (took - self._read_s)
         lower = self._unchanged_at
         self._unchanged_at = None if changed else start
         if self.state == "learning":
             self._learning(end, changed, lower)
-        elif self.state == "locked":
-            self._locked(start, end, changed, lower)
+        elif self.state == "locked" and self._locked(end, changed, lower):
+            return self._step  # a change on the beat: the step it expected
+        if not changed or lower is None:
+            return end
+        return (lower + end) / 2
 
     def next_read(self, now: float, timer_t: float) -> float:
         """When to read next, after a read that ended at `now`; `timer_t`: when
@@ -137,7 +149,8 @@ class Cadence:
         elif end > self._learn_until:
             self._off(end)
 
-    def _locked(self, start: float, end: float, changed: bool, lower: float | None) -> None:
+    def _locked(self, end: float, changed: bool, lower: float | None) -> bool:
+        """Follows the beat; True where a change was placed on it (`_step`)."""
         beat = self.beat_s
         assert beat is not None
         due = self._step + beat
@@ -146,13 +159,13 @@ class Cadence:
                 self._probe = False  # the probe (or an early read) is done
             elif end > due + beat / 2:  # half a beat late and still no change: lost
                 self._learn(end)
-            return
+            return False
         if end > due + beat / 2:  # the read came late (the thread was held): steps went by
             passed = math.floor((end - self._step) / beat)
             self._step += beat * passed
             self._counted += passed
             self._probe = True
-            return
+            return True
         self._counted += 1
         lo = max(lower if lower is not None else -math.inf, due - beat / 2)
         on_beat = lo < due <= end
@@ -161,7 +174,7 @@ class Cadence:
             measured = (mid - self._anchor) / self._counted  # steps counted, not guessed
             if abs(measured - beat) > BEAT_OFF * beat:
                 self._learn(end)
-                return
+                return False
             if self._counted >= (ANCHOR_MIN if self._reanchored else 1):
                 self.beat_s = measured
             if self._counted >= ANCHOR_SPAN:  # the beat of the last ANCHOR_SPAN steps, not all
@@ -174,6 +187,7 @@ class Cadence:
             self._step = due if on_beat else (lo + end) / 2
             self._beats += 1
         self._probe = self._beats >= PROBE_EVERY - 1 or not on_beat
+        return True
 
     def _learn(self, now: float) -> None:
         self.state, self._steps, self._learn_until = "learning", [], now + LEARN_FOR_S

@@ -134,8 +134,12 @@ class Ledger:
         self.resets = 0
 
     # -- sampler side ---------------------------------------------------
-    def ingest(self, t: float, counter_j: float, power_w: float | None = None) -> None:
-        """One sample of the counter; a change closes a span."""
+    def ingest(self, t: float, counter_j: float, power_w: float | None = None,
+               now: float | None = None) -> None:
+        """One sample of the counter, which reached `counter_j` at `t` (its
+        step's time, where the sampler knows it better than `now`, the read's);
+        a change closes a span."""
+        now = t if now is None else now
         with self._lock:
             if power_w is not None:
                 self._power_w = power_w
@@ -153,8 +157,8 @@ class Ledger:
             self._last_span = (self._last_change_t, t, delta)
             self.measured_j += delta
             self._last_counter, self._last_change_t = counter_j, t
-            self._expire(t)
-            finals = self._settle(t)
+            self._expire(now)
+            finals = self._settle(now)
         if self.on_final is not None and finals:
             self.on_final(finals)
 

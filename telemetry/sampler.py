@@ -45,9 +45,10 @@ log = logging.getLogger("joulegate.sampler")
 
 @dataclass(frozen=True)
 class Sample:
-    t: float
+    t: float  # when the counter reached this value (a dear counter's step, estimated)
     counter_j: float
     power_w: float | None
+    read_t: float  # when the read that found it ended
 
 
 QUIET_OPEN = 4  # requests running on the device, at most, to read at quiet_hz
@@ -95,13 +96,15 @@ class Sampler:
             self._read_s += (READ_WEIGHT if self.reads else 1.0) * (took - self._read_s)
             self.read_seconds += took
             self.reads += 1
+        reached = end  # a cheap counter's value is the read's
         if self.slow():
             changed = self._last_counter_j is not None and r.counter_j != self._last_counter_j
-            self.cadence.observe(start, end, changed)
+            reached = self.cadence.observe(start, end, changed)
         self._last_counter_j = r.counter_j
-        s = Sample(self.ledger.clock(), r.counter_j, r.power_w)
+        now = self.ledger.clock()
+        s = Sample(now - (end - reached), r.counter_j, r.power_w, now)
         self.samples.append(s)
-        self.ledger.ingest(s.t, s.counter_j, s.power_w)
+        self.ledger.ingest(s.t, s.counter_j, s.power_w, now=now)
         return s
 
     def quiet_period_s(self) -> float:

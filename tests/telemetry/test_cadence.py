@@ -5,6 +5,8 @@ start late."""
 
 from __future__ import annotations
 
+import statistics
+
 from bench.cadence_sim import beats
 from bench.cadence_sim import simulate as run
 from telemetry.cadence import RELEARN_AFTER_S, Cadence
@@ -19,9 +21,17 @@ def test_reads_once_just_after_each_step_of_a_100ms_counter() -> None:
     assert r.merged == 0  # every step seen on its own
     assert r.reads_per_s < 13.5
     assert r.lag_median_s < 0.012 and max(r.lags_s) < 0.025
+    # each change dated at the step it expected: within a few ms, unbiased
+    errors = sorted(abs(e) for e in r.dated_s)
+    assert errors[len(errors) // 2] < 0.004 and errors[int(0.9 * len(errors))] < 0.008
+    assert abs(statistics.fmean(r.dated_s)) < 0.003
     # the timer's lag depends on its phase against the steps (0-50 ms): over
     # five phases its median is ~30 ms (bench/results/cadence-sim.json)
-    assert run(beats(0.1, 60), 60, on_beat=False).reads_per_s > 19.5
+    timer = run(beats(0.1, 60), 60, on_beat=False)
+    assert timer.reads_per_s > 19.5
+    # the bracket's middle (a dear counter off the beat) is off by at most half
+    # the bracket (one timer period and a read; unbiased only over phases)
+    assert max(abs(e) for e in timer.middle_s) < 0.03
 
 
 def test_late_wakes_and_jitter_keep_every_step() -> None:
