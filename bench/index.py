@@ -606,7 +606,8 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "chosen: 4-fold cross-validation on the own open prompts", ""),
     "cadence-sim.json": ("python -m bench.cadence_sim", "the sampler's reads on the 20 Hz "
                          "timer and on the counter's beat, against a simulated 100 ms-step "
-                         "counter (simulated, not NVML)", ""),
+                         "counter, and how far off each change's date is (simulated, not "
+                         "NVML)", ""),
     "sampler-cost-nvml-h100.json": ("python -m bench.sampler_cost --nvml 0 --seconds 8 --rounds 2 "
                                     "(on the device, bb47cb1)",
                                     "the energy sampler on an H100's NVML counter (~3.4-4.0 ms a "
