@@ -21,6 +21,10 @@ def project_commit() -> str:
         changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
                                   "--", ".", ":!bench/results"], cwd=ROOT, check=True,
                                  capture_output=True, text=True).stdout.strip()
+        # and a module not yet added is code the commit does not hold
+        changed += subprocess.run(["git", "ls-files", "--others", "--exclude-standard",
+                                   "--", "*.py"], cwd=ROOT, check=True,
+                                  capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{head}+uncommitted" if changed else head
