@@ -26,6 +26,7 @@ import bisect
 import json
 import random
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,34 +60,55 @@ def beats(beat_s: float, seconds: float, jitter_s: float = 0.0005, seed: int = 2
             for k in range(int(seconds / beat_s) + 2)]
 
 
-def simulate(steps: list[float], seconds: float, read_s: float = 0.004, late_s: float = 0.001,
-             seed: int = 1, on_beat: bool = True) -> Run:
+@dataclass(frozen=True)
+class Read:
+    start: float
+    end: float
+    steps: int  # steps passed when the counter was taken (a moment inside the read)
+    changed: bool
+    dated: float  # the change's time as the sampler gives it (the read's end on the timer)
+    middle: float | None  # the middle of the change's bracket, where one read found none
+
+
+def reads(steps: list[float], seconds: float, read_s: float = 0.004, late_s: float = 0.001,
+          seed: int = 1, on_beat: bool = True, cadence: Cadence | None = None) -> Iterator[Read]:
     """Reads as the sampler thread does: at the cadence's time (or the timer's),
     starting up to `late_s` late, each taking ~`read_s`."""
     rng = random.Random(seed)
-    cadence = Cadence(min_beat_s=TIMER_S * (1 + 1 / PROBE_EVERY))
+    cadence = cadence or Cadence(min_beat_s=TIMER_S * (1 + 1 / PROBE_EVERY))
     t, n_prev, timer, unchanged_at = 0.0, None, 0.0, None
-    count, merged = 0, 0
-    lags: list[float] = []
-    dated: list[float] = []
-    middle: list[float] = []
     while t < seconds:
         start = t + rng.uniform(0, late_s)
         end = start + read_s * rng.uniform(0.8, 1.2)
         n = bisect.bisect_right(steps, rng.uniform(start, end))
         changed = n_prev is not None and n != n_prev
         at = cadence.observe(start, end, changed) if on_beat else end
-        if start > LEARN_FOR_S:
-            count += 1
-            if changed:
-                lags.append(end - steps[n - 1])
-                dated.append(at - steps[n - 1])
-                if unchanged_at is not None:
-                    middle.append((unchanged_at + end) / 2 - steps[n - 1])
-                merged += n - (n_prev or 0) > 1
+        yield Read(start, end, n, changed, at,
+                   (unchanged_at + end) / 2 if changed and unchanged_at is not None else None)
         n_prev, unchanged_at = n, None if changed else start
         timer = max(timer + TIMER_S, end)
         t = max(end, cadence.next_read(end, timer)) if on_beat else timer
+
+
+def simulate(steps: list[float], seconds: float, read_s: float = 0.004, late_s: float = 0.001,
+             seed: int = 1, on_beat: bool = True) -> Run:
+    """The reads' count, lags and dating errors after the first LEARN_FOR_S."""
+    cadence = Cadence(min_beat_s=TIMER_S * (1 + 1 / PROBE_EVERY))
+    count, merged, n_prev = 0, 0, 0
+    lags: list[float] = []
+    dated: list[float] = []
+    middle: list[float] = []
+    for r in reads(steps, seconds, read_s, late_s, seed, on_beat, cadence):
+        if r.start > LEARN_FOR_S:
+            count += 1
+            if r.changed:
+                step = steps[r.steps - 1]
+                lags.append(r.end - step)
+                dated.append(r.dated - step)
+                if r.middle is not None:
+                    middle.append(r.middle - step)
+                merged += r.steps - n_prev > 1
+        n_prev = r.steps
     return Run(count / (seconds - LEARN_FOR_S), lags, dated, middle, merged, cadence)
 
 

@@ -604,6 +604,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "route-stretch.json": ("python -m bench.route_stretch",
                            "how the complexity model's easy stretch and own-item weight were "
                            "chosen: 4-fold cross-validation on the own open prompts", ""),
+    "attribution-dating.json": ("python -m bench.attribution_dating",
+                                "short requests one at a time through the real ledger on a "
+                                "simulated 100 ms counter, its changes dated at the read, at "
+                                "the bracket's middle, at the cadence's expected step: each "
+                                "request's figure against the energy it added (simulated)",
+                                ""),
     "cadence-sim.json": ("python -m bench.cadence_sim", "the sampler's reads on the 20 Hz "
                          "timer and on the counter's beat, against a simulated 100 ms-step "
                          "counter, and how far off each change's date is (simulated, not "

@@ -96,3 +96,17 @@ def test_reads_that_stop_coming_make_it_learn_again() -> None:
     assert r.cadence.state == "locked"
     assert r.cadence.next_read(20.0, 20.05) == 20.0 + 0.002
     assert r.cadence.state == "learning"
+
+
+def test_dating_changes_at_their_steps_sharpens_short_requests_figures() -> None:
+    """The real ledger on a simulated 100 ms counter, short requests one at a
+    time (bench/attribution_dating.py): dated at the read that found them,
+    changes shift energy between neighbouring requests; dated at the step the
+    cadence expected (or the bracket's middle on the timer), far less."""
+    from bench.attribution_dating import run as dating
+    rows = dating(60.0, 2)
+    read = rows["at the read, on the timer"]["all"]["error_pct_p90"]
+    beat = rows["the expected step, on the beat"]["all"]["error_pct_p90"]
+    middle = rows["bracket middle, on the timer"]["all"]["error_pct_p90"]
+    assert beat < read / 2 and middle < read / 2
+    assert rows["the expected step, on the beat"]["share_of_energy_reaching_requests_pct"] > 99
