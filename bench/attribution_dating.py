@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.cadence_sim import LEARN_FOR_S, beats, reads
+from bench.cadence_sim import beats, reads
 from bench.provenance import project_commit
+from telemetry.cadence import LEARN_FOR_S
 from telemetry.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parent.parent
