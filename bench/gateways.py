@@ -202,11 +202,12 @@ def agent_process(port: int, models: Path, token: str, work: Path,
 
 
 def passthrough(port: int, upstream: int, work: Path, cores: set[int] | None = None,
-                workers: int = 1) -> subprocess.Popen[bytes]:
+                workers: int = 1, python: str = sys.executable) -> subprocess.Popen[bytes]:
     """The bare FastAPI pass-through (bench/passthrough.py) to the fixed upstream,
-    in `workers` processes."""
+    in `workers` processes (under `python`, an interpreter of an environment
+    with the project's dependencies)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "bench.passthrough", "--port", str(port),
+        [python, "-m", "bench.passthrough", "--port", str(port),
          "--upstream", f"http://127.0.0.1:{upstream}", "--workers", str(workers)], cwd=ROOT,
         stdout=(work / f"passthrough-{port}.log").open("wb"), stderr=subprocess.STDOUT,
         preexec_fn=pinned(cores))
