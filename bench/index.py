@@ -610,6 +610,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                 "the bracket's middle, at the cadence's expected step: each "
                                 "request's figure against the energy it added (simulated)",
                                 ""),
+    "interpreters-c50.json": ("python -m bench.interpreters --python <3.12 venv> --python "
+                              "<3.13 venv> --rounds 5 --seconds 6",
+                              "the gateway (forced tier) and the bare pass-through at c=50 "
+                              "under CPython 3.11, 3.12 and 3.13, in turns: the ratio 0.73-0.74x "
+                              "under each", ""),
     "cadence-sim.json": ("python -m bench.cadence_sim", "the sampler's reads on the 20 Hz "
                          "timer and on the counter's beat, against a simulated 100 ms-step "
                          "counter, and how far off each change's date is (simulated, not "
