@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.cadence_sim import beats, reads
-from bench.provenance import project_commit
+from bench.cadence_sim import beats, reads, write_simulated
 from telemetry.cadence import LEARN_FOR_S
 from telemetry.ledger import Ledger
 
@@ -142,18 +141,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
-    result = {"commit": project_commit(), "source": "simulated",
-              "seconds_each": args.seconds, "seeds": args.seeds,
-              "note": "one request at a time, 20-400 ms, 20-300 ms apart, 100-400 W above "
-                      f"a {IDLE_W:.0f} W idle; a counter stepping every {BEAT_S * 1000:.0f} ms; "
-                      "the real ledger, the counter's changes dated three ways; errors are "
-                      "|figure / added energy - 1| over requests pooled across seeds",
-              "datings": run(args.seconds, args.seeds)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "attribution-dating.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(path)
-
+    write_simulated(args.out / "attribution-dating.json", args.seconds, args.seeds,
+                    "one request at a time, 20-400 ms, 20-300 ms apart, 100-400 W above "
+                    f"a {IDLE_W:.0f} W idle; a counter stepping every {BEAT_S * 1000:.0f} ms; "
+                    "the real ledger, the counter's changes dated three ways; errors are "
+                    "|figure / added energy - 1| over requests pooled across seeds",
+                    datings=run(args.seconds, args.seeds))
 
 if __name__ == "__main__":
     main()

@@ -159,20 +159,22 @@ def main() -> None:
         rows[name] = {"timer (20 Hz)": case(args.seconds, args.seeds, False, **kw),
                       "on the beat": case(args.seconds, args.seeds, True, **kw)}
         print(name, json.dumps(rows[name]), flush=True)
-    result = {"commit": project_commit(), "source": "simulated",
-              "seconds_each": args.seconds, "seeds": args.seeds,
-              "note": "simulated counter and reads (no GPU, no threads): the schedule's "
-                      "figures alone; reads_per_s is the median over seeds, lags and "
-                      "dating errors pooled (dated: the time the sampler gives each change; "
-                      "on the timer the read's end, bracket_middle what a dear counter "
-                      "without a beat now gets), "
-                      "merged_reads and on_the_beat_at_the_end summed over seeds",
-              "cases": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "cadence-sim.json"
+    write_simulated(args.out / "cadence-sim.json", args.seconds, args.seeds,
+                    "simulated counter and reads (no GPU, no threads): the schedule's "
+                    "figures alone; reads_per_s is the median over seeds, lags and "
+                    "dating errors pooled (dated: the time the sampler gives each change; "
+                    "on the timer the read's end, bracket_middle what a dear counter "
+                    "without a beat now gets), "
+                    "merged_reads and on_the_beat_at_the_end summed over seeds", cases=rows)
+
+
+def write_simulated(path: Path, seconds: float, seeds: int, note: str, **rows: Any) -> None:
+    """A simulation's result file: its commit, source `simulated`, its runs and rows."""
+    result = {"commit": project_commit(), "source": "simulated", "seconds_each": seconds,
+              "seeds": seeds, "note": note, **rows}
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(path)
-
 
 if __name__ == "__main__":
     main()
