@@ -25,7 +25,9 @@ A counter whose reads are that dear is read on its own beat instead of the
 timer (telemetry/cadence.py): one read just after each step it expects and
 one more before it every few beats, ~12 reads a second against NVML's
 100 ms steps rather than 20, each change seen milliseconds after it happened
-rather than up to a period late.
+rather than up to a period late. Such a counter's changes reach the ledger
+dated at their steps (the cadence's estimate), not at the reads that found
+them: the counter's value is the energy up to its step.
 """
 
 from __future__ import annotations
