@@ -36,6 +36,7 @@ from telemetry.cadence import LEARN_FOR_S, PROBE_EVERY, Cadence
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMER_S = 0.05  # the sampler's timer: SAMPLE_HZ 20
+AFTER_STEP_S = 0.015  # a read starting this soon after a step may take longer
 
 
 @dataclass
@@ -71,15 +72,19 @@ class Read:
 
 
 def reads(steps: list[float], seconds: float, read_s: float = 0.004, late_s: float = 0.001,
-          seed: int = 1, on_beat: bool = True, cadence: Cadence | None = None) -> Iterator[Read]:
+          seed: int = 1, on_beat: bool = True, cadence: Cadence | None = None,
+          after_step_s: float = 0.0) -> Iterator[Read]:
     """Reads as the sampler thread does: at the cadence's time (or the timer's),
-    starting up to `late_s` late, each taking ~`read_s`."""
+    starting up to `late_s` late, each taking ~`read_s` (`after_step_s` more
+    when it starts within AFTER_STEP_S of a step, as on an H100)."""
     rng = random.Random(seed)
     cadence = cadence or Cadence(min_beat_s=TIMER_S * (1 + 1 / PROBE_EVERY))
     t, n_prev, timer, unchanged_at = 0.0, None, 0.0, None
     while t < seconds:
         start = t + rng.uniform(0, late_s)
-        end = start + read_s * rng.uniform(0.8, 1.2)
+        k = bisect.bisect_right(steps, start)
+        slower = after_step_s if k and start - steps[k - 1] < AFTER_STEP_S else 0.0
+        end = start + read_s * rng.uniform(0.8, 1.2) + slower
         n = bisect.bisect_right(steps, rng.uniform(start, end))
         changed = n_prev is not None and n != n_prev
         at = cadence.observe(start, end, changed) if on_beat else end
@@ -91,14 +96,14 @@ def reads(steps: list[float], seconds: float, read_s: float = 0.004, late_s: flo
 
 
 def simulate(steps: list[float], seconds: float, read_s: float = 0.004, late_s: float = 0.001,
-             seed: int = 1, on_beat: bool = True) -> Run:
+             seed: int = 1, on_beat: bool = True, after_step_s: float = 0.0) -> Run:
     """The reads' count, lags and dating errors after the first LEARN_FOR_S."""
     cadence = Cadence(min_beat_s=TIMER_S * (1 + 1 / PROBE_EVERY))
     count, merged, n_prev = 0, 0, 0
     lags: list[float] = []
     dated: list[float] = []
     middle: list[float] = []
-    for r in reads(steps, seconds, read_s, late_s, seed, on_beat, cadence):
+    for r in reads(steps, seconds, read_s, late_s, seed, on_beat, cadence, after_step_s):
         if r.start > LEARN_FOR_S:
             count += 1
             if r.changed:
@@ -116,15 +121,19 @@ CASES: dict[str, dict[str, float]] = {
     "NVML-like: 100 ms beat, 4 ms reads, woken up to 1 ms late": {},
     "busy interpreter: woken up to 10 ms late, beat jitter 3 ms": {"late_s": 0.01,
                                                                   "jitter_s": 0.003},
+    "reads just after a step 1.6 ms longer (an H100: 5.3 against 3.7 ms)": {
+        "after_step_s": 0.0016},
     "a 250 ms beat": {"beat_s": 0.25},
     "a 40 ms beat (faster than the timer: stays on it)": {"beat_s": 0.04},
 }
 
 
 def case(seconds: float, seeds: int, on_beat: bool, beat_s: float = 0.1,
-         jitter_s: float = 0.0005, late_s: float = 0.001) -> dict[str, float]:
+         jitter_s: float = 0.0005, late_s: float = 0.001,
+         after_step_s: float = 0.0) -> dict[str, float]:
     runs = [simulate(beats(beat_s, seconds, jitter_s, seed), seconds, late_s=late_s,
-                     seed=seed, on_beat=on_beat) for seed in range(seeds)]
+                     seed=seed, on_beat=on_beat, after_step_s=after_step_s)
+            for seed in range(seeds)]
     lags = sorted(lag for r in runs for lag in r.lags_s)
     row = {"reads_per_s": statistics.median(r.reads_per_s for r in runs),
            "lag_ms_median": 1000.0 * statistics.median(lags),

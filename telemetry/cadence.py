@@ -16,8 +16,9 @@ expected step, and one more before it every few beats:
   would cost more reads than the timer), that is the beat.
 - locked: a read MARGIN_S after each expected step; every PROBE_EVERY beats,
   and after any surprise, one more just before it (the probe), which brackets
-  the step to a few milliseconds. Each bracketed step moves the phase and
-  re-measures the beat from an earlier bracketed step, counting the steps
+  the step to a few milliseconds. A bracketed step found outside the expected
+  bracket moves the phase to it; each re-measures the beat from an earlier
+  bracketed step, counting the steps
   between (so the beat sharpens with every beat, and follows a slow drift:
   the anchor moves on every ANCHOR_SPAN steps). A read that finds no change
   where one was due reads again MARGIN_S later; half a beat late with no
@@ -27,8 +28,7 @@ expected step, and one more before it every few beats:
 
 It also dates each change: the counter's new value is the energy up to the
 step, not up to the read that found it, so a span's ends are the steps'
-times. On the beat that is the expected step (the phase, smoothed over the
-bracketed steps); elsewhere the middle of the change's bracket (from the
+times. On the beat that is the expected step; elsewhere the middle of the change's bracket (from the
 start of the last read that found no change to the end of the one that
 found it), or the read's end where no read before it found the counter
 still (a counter that moves on every read: its value is the read's).
@@ -56,7 +56,6 @@ PROBE_EVERY = 8  # beats between probes while nothing surprises
 RELEARN_AFTER_S = 60.0
 RELEARN_MAX_S = 960.0
 READ_WEIGHT = 0.2  # of the newest read's time in its average
-PHASE_WEIGHT = 0.3  # of a bracketed step that fits the beat in the phase's average
 
 
 class Cadence:
@@ -179,9 +178,12 @@ class Cadence:
                 self.beat_s = measured
             if self._counted >= ANCHOR_SPAN:  # the beat of the last ANCHOR_SPAN steps, not all
                 self._anchor, self._counted, self._reanchored = mid, 0, True
-            # one bracket is off by up to half its width: a step on the beat
-            # moves the phase part of the way, one off it all the way
-            self._step = due + PHASE_WEIGHT * (mid - due) if on_beat else mid
+            # a step inside a bracket the schedule put around the expected one
+            # says only that it is there: the bracket's middle sits where the
+            # schedule put it, moved by late wakes and by reads that take longer
+            # just after a step (an H100: 5.3 ms against 3.7), so it would drag
+            # the phase late. The phase moves to a step found outside it.
+            self._step = due if on_beat else mid
             self._beats = 0
         else:
             self._step = due if on_beat else (lo + end) / 2
