@@ -16,11 +16,11 @@ expected step, and one more before it every few beats:
   would cost more reads than the timer), that is the beat.
 - locked: a read MARGIN_S after each expected step; every PROBE_EVERY beats,
   and after any surprise, one more just before it (the probe), which brackets
-  the step to a few milliseconds. A bracketed step found outside the expected
-  bracket moves the phase to it; each re-measures the beat from an earlier
-  bracketed step, counting the steps
-  between (so the beat sharpens with every beat, and follows a slow drift:
-  the anchor moves on every ANCHOR_SPAN steps). A read that finds no change
+  the step to a few milliseconds. A step bracketed away from where it was
+  expected moves the phase to it; every bracketed step re-measures the beat
+  from an earlier one, counting the steps between (so the beat sharpens
+  with every beat, and follows a slow drift: the anchor moves on every
+  ANCHOR_SPAN steps). A read that finds no change
   where one was due reads again MARGIN_S later; half a beat late with no
   change, or a bracketed step off the beat by BEAT_OFF, and it learns again.
 - off: the sampler's timer (a counter with no steady beat, or a stalled one),
