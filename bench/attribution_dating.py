@@ -26,19 +26,16 @@ not (a real counter's dating: `python -m bench.sampler_cost --nvml 0`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bench.cadence_sim import beats, reads, write_simulated
+from bench.cadence_sim import beats, reads, simulation_args, write_simulated
 from telemetry.cadence import LEARN_FOR_S
 from telemetry.ledger import Ledger
 
-ROOT = Path(__file__).resolve().parent.parent
 IDLE_W = 100.0
 BEAT_S = 0.1
 TOKENS_PER_S = 50.0  # each request's answer, decoded evenly (the split only needs some work)
@@ -136,17 +133,14 @@ def run(seconds: float, seeds: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seconds", type=float, default=120.0)
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = ap.parse_args()
+    args = simulation_args(__doc__)
     write_simulated(args.out / "attribution-dating.json", args.seconds, args.seeds,
                     "one request at a time, 20-400 ms, 20-300 ms apart, 100-400 W above "
                     f"a {IDLE_W:.0f} W idle; a counter stepping every {BEAT_S * 1000:.0f} ms; "
                     "the real ledger, the counter's changes dated three ways; errors are "
                     "|figure / added energy - 1| over requests pooled across seeds",
                     datings=run(args.seconds, args.seeds))
+
 
 if __name__ == "__main__":
     main()

@@ -141,28 +141,34 @@ def case(seconds: float, seeds: int, on_beat: bool, beat_s: float = 0.1,
            "lag_ms_max": 1000.0 * lags[-1],
            "merged_reads": float(sum(r.merged for r in runs)),
            "on_the_beat_at_the_end": float(sum(r.cadence.state == "locked" for r in runs))}
-    row.update(_errors("dated", [e for r in runs for e in r.dated_s]))
+    row.update(error_figures("dated", [e for r in runs for e in r.dated_s]))
     if not on_beat:
-        row.update(_errors("bracket_middle", [e for r in runs for e in r.middle_s]))
+        row.update(error_figures("bracket_middle", [e for r in runs for e in r.middle_s]))
     return row
 
 
-def _errors(name: str, errors_s: list[float]) -> dict[str, float]:
-    """A dating's errors: their mean (the bias) and the median and p90 of their size."""
+def error_figures(name: str, errors_s: list[float]) -> dict[str, float]:
+    """A dating's errors: their mean (the bias) and the median and p90 of their
+    size, in ms; none where no change was dated."""
     size = sorted(abs(e) for e in errors_s)
-    if not size:  # no change bracketed (a beat faster than the reads)
+    if not size:
         return {}
     return {f"{name}_error_ms_mean": 1000.0 * statistics.fmean(errors_s),
             f"{name}_error_ms_median": 1000.0 * statistics.median(size),
             f"{name}_error_ms_p90": 1000.0 * size[int(0.9 * len(size))]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def simulation_args(doc: str) -> argparse.Namespace:
+    """A simulation's options: --seconds of each run, --seeds, --out (a folder)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = simulation_args(__doc__)
     rows: dict[str, Any] = {}
     for name, kw in CASES.items():
         rows[name] = {"timer (20 Hz)": case(args.seconds, args.seeds, False, **kw),
@@ -184,6 +190,7 @@ def write_simulated(path: Path, seconds: float, seeds: int, note: str, **rows: A
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(path)
+
 
 if __name__ == "__main__":
     main()

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.cadence_sim import error_figures
 from bench.provenance import project_commit
 from telemetry.cadence import LEARN_FOR_S, MIN_BEAT_S
 from telemetry.ledger import Ledger
@@ -139,9 +140,10 @@ def lag(reader: EnergyReader, seconds: float, on_beat: bool) -> dict[str, float]
     """How late the sampler (hz 20, quiet_hz 100) sees each counter step and how
     far off the time it gives each change is. The steps are placed by this
     thread's back-to-back reads for REFERENCE_S before the sampler starts and
-    after it stops (reads from two threads at once would contend for the
-    driver), a steady beat fitted to them and counted on through the run; a
-    counter without a steady beat (the CPU estimate) gets no figures (-1)."""
+    after it stops (not during it: with both reading at once, an H100 run saw
+    steps later than a 50 ms timer can), a steady beat fitted to them and
+    counted on through the run; a counter without a steady beat (the CPU
+    estimate) gets no figures (-1)."""
     before = _steps(reader, REFERENCE_S)
     sampler = Sampler(_Kept(reader), Ledger("lag"), hz=20.0, quiet_hz=100.0, on_beat=on_beat)
     sampler.start()
@@ -165,12 +167,9 @@ def lag(reader: EnergyReader, seconds: float, on_beat: bool) -> dict[str, float]
     steps = [phase + beat * math.floor((b.read_t - phase) / beat) for b in changes]
     lags = sorted(b.read_t - st for b, st in zip(changes, steps, strict=True))
     dated = [b.t - st for b, st in zip(changes, steps, strict=True)]
-    size = sorted(abs(e) for e in dated)
     return {"lag_ms_median": 1000.0 * statistics.median(lags),
             "lag_ms_p90": 1000.0 * lags[int(0.9 * len(lags))],
-            "dated_error_ms_mean": 1000.0 * statistics.fmean(dated),
-            "dated_error_ms_median": 1000.0 * statistics.median(size),
-            "dated_error_ms_p90": 1000.0 * size[int(0.9 * len(size))],
+            **error_figures("dated", dated),
             "changes_timed": float(len(lags)), "beat_ms": 1000.0 * beat,
             "fit_residual_ms_median": 1000.0 * residuals[len(residuals) // 2]}
 

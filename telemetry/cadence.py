@@ -20,18 +20,19 @@ expected step, and one more before it every few beats:
   expected moves the phase to it; every bracketed step re-measures the beat
   from an earlier one, counting the steps between (so the beat sharpens
   with every beat, and follows a slow drift: the anchor moves on every
-  ANCHOR_SPAN steps). A read that finds no change
-  where one was due reads again MARGIN_S later; half a beat late with no
-  change, or a bracketed step off the beat by BEAT_OFF, and it learns again.
+  ANCHOR_SPAN steps). A read that finds no change where one was due reads
+  again MARGIN_S later; half a beat late with no change, or a bracketed
+  step off the beat by BEAT_OFF, and it learns again.
 - off: the sampler's timer (a counter with no steady beat, or a stalled one),
   learning again RELEARN_AFTER_S later, doubling while it keeps failing.
 
 It also dates each change: the counter's new value is the energy up to the
 step, not up to the read that found it, so a span's ends are the steps'
-times. On the beat that is the expected step; elsewhere the middle of the change's bracket (from the
-start of the last read that found no change to the end of the one that
-found it), or the read's end where no read before it found the counter
-still (a counter that moves on every read: its value is the read's).
+times. On the beat that is the expected step; elsewhere the middle of the
+change's bracket (from the start of the last read that found no change to
+the end of the one that found it), or the read's end where no read before
+it found the counter still (a counter that moves on every read: its value
+is the read's).
 
 Pure decisions on times: the sampler thread tells it each read's start, end
 and whether the counter moved, and asks when to read next.
