@@ -620,12 +620,13 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                          "counter, and how far off each change's date is (simulated, not "
                          "NVML)", ""),
     "sampler-cost-nvml-h100.json": ("python -m bench.sampler_cost --nvml 0 --seconds 6 --rounds 2 "
-                                    "(on the device, 862b9e1)",
+                                    "(on the device, c4bb70c)",
                                     "the energy sampler on an H100's NVML counter (steps every "
-                                    "100 ms): on its beat 12.1 reads a second and 6.5% of a core "
-                                    "against 20 and 7.7% on the 20 Hz timer (40.1% at 100 Hz); "
-                                    "each change seen 17.9 ms after its step (timer 30.6) and "
-                                    "dated 5.4 ms off it (30.6 at the read)", ""),
+                                    "100 ms): on its beat 12.7 reads a second and 6.5% of a core "
+                                    "against 20 and 8.8% on the 20 Hz timer (40.2% at 100 Hz); "
+                                    "each change seen 5.2 ms after its step (p90 19.6; timer "
+                                    "17.4) and dated 3.1 ms off it (p90 11.7, mean -0.2; 17.4 "
+                                    "at the read)", ""),
     "sampler-cost-estimate-h100-host.json": ("python -m bench.sampler_cost --seconds 5 "
                                              "--rounds 1 (on the device, bb47cb1)",
                                              "the same on that host's CPU estimate: the quiet "
