@@ -40,12 +40,20 @@ def _measure(root: Path, upstream: int, work: Path, seconds: int, connections: i
                            seconds, connections, body)
 
 
+FIELDS = ("req_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request")
+
+
 def measure_gateway(proc: subprocess.Popen[bytes], port: int, work: Path, seconds: int,
                     connections: int, body: dict[str, Any]) -> dict[str, Any]:
     """wrk's figures for `body` against the gateway `proc` serves on `port`
-    (warmed up first), with its CPU per request; `proc` is stopped after."""
+    (warmed up first), with its CPU per request; `proc` is stopped after. A
+    gateway that never gets ready (or a wrk that hangs) gives a run with no
+    figures and the error: the other runs still count."""
     try:
-        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
+        except (RuntimeError, TimeoutError) as e:
+            return {**dict.fromkeys(FIELDS), "non_2xx": 0, "error": str(e)}
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wrk(url, connections, 2, body, work)  # warm up
         before = tree_cpu_s(proc.pid)
@@ -56,9 +64,21 @@ def measure_gateway(proc: subprocess.Popen[bytes], port: int, work: Path, second
         out["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(proc.pid) - before) / requests, 4) \
             if requests else None
         return out
+    except subprocess.TimeoutExpired as e:
+        return {**dict.fromkeys(FIELDS), "non_2xx": 0, "error": f"wrk: {e}"}
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def median_of(runs: list[dict[str, Any]], field: str) -> float | None:
+    """The median of `field` over the runs that measured it (None: none did)."""
+    values = [r[field] for r in runs if r.get(field) is not None]
+    return statistics.median(values) if values else None
 
 
 def main() -> None:
@@ -91,12 +111,9 @@ def main() -> None:
         finally:
             stop_nginx(work)
     shutil.rmtree(work, ignore_errors=True)  # the base's worktree is gone already
-    summary = {name: {"req_per_s_median": statistics.median(r["req_per_s"] for r in rs),
-                      "p50_ms_median": statistics.median(r["p50_ms"] for r in rs),
-                      "p99_ms_median": statistics.median(r["p99_ms"] for r in rs),
-                      "cpu_ms_per_request_median": statistics.median(
-                          r["cpu_ms_per_request"] for r in rs)}
+    summary = {name: {f"{field}_median": median_of(rs, field) for field in FIELDS}
                for name, rs in runs.items()}
+    rates = (summary["base"]["req_per_s_median"], summary["this"]["req_per_s_median"])
     base_commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT,
                                  capture_output=True, text=True).stdout.strip() or args.base
     result = {"commit": project_commit(), "base": base_commit, "rounds": args.rounds,
@@ -105,8 +122,9 @@ def main() -> None:
                       f"wrk -t1 -c{args.connections}, "
                       f"{args.workers} gateway process(es)",
               "runs": runs, "summary": summary,
-              "added_ms_per_request": round(1000 / summary["this"]["req_per_s_median"]
-                                            - 1000 / summary["base"]["req_per_s_median"], 3)}
+              "added_ms_per_request": round(1000 / rates[1] - 1000 / rates[0], 3)
+              if rates[0] and rates[1] else None,
+              "failed_runs": sum("error" in r for rs in runs.values() for r in rs)}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["summary"]), result["added_ms_per_request"])
 

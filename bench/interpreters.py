@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.tools.embedded import free_port
-from bench.ab import MESSAGES, measure_gateway
+from bench.ab import FIELDS, MESSAGES, measure_gateway, median_of
 from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx
 from bench.provenance import project_commit
 from workers.local import ROOT
@@ -69,12 +69,13 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     summary: dict[str, Any] = {}
     for v, rs in runs.items():
-        row = {f"{name}_{field}_median": statistics.median(r[field] for r in rs[name])
-               for name in rs for field in ("req_per_s", "p50_ms", "p99_ms",
-                                            "cpu_ms_per_request")}
-        row["req_per_s_ratio_median"] = statistics.median(
-            j["req_per_s"] / p["req_per_s"]
-            for j, p in zip(rs["joulegate"], rs["passthrough"], strict=True))
+        row: dict[str, Any] = {f"{name}_{field}_median": median_of(rs[name], field)
+                               for name in rs for field in FIELDS}
+        ratios = [j["req_per_s"] / p["req_per_s"]
+                  for j, p in zip(rs["joulegate"], rs["passthrough"], strict=True)
+                  if j["req_per_s"] and p["req_per_s"]]
+        row["req_per_s_ratio_median"] = statistics.median(ratios) if ratios else None
+        row["failed_runs"] = sum("error" in r for r in rs["joulegate"] + rs["passthrough"])
         summary[v] = row
         print(v, json.dumps(row), flush=True)
     result = {"commit": project_commit(), "rounds": args.rounds, "seconds": args.seconds,

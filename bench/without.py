@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from app.tools.embedded import free_port
-from bench.ab import MESSAGES, measure_gateway
+from bench.ab import MESSAGES, measure_gateway, median_of
 from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx
 from bench.gpu_common import worktree_at
 from workers.local import ROOT
@@ -167,12 +166,11 @@ def main() -> None:
         finally:
             stop_nginx(work)
             receiver.kill()
-    floor = statistics.median(r["req_per_s"] for r in runs["FastAPI pass-through"])
-    summary = {name: {"req_per_s_median": (rps := statistics.median(
-                          r["req_per_s"] for r in rs)),
-                      "vs_pass_through": round(rps / floor, 3),
-                      "cpu_ms_per_request_median": statistics.median(
-                          r["cpu_ms_per_request"] for r in rs)}
+    floor = median_of(runs["FastAPI pass-through"], "req_per_s")
+    summary = {name: {"req_per_s_median": (rps := median_of(rs, "req_per_s")),
+                      "vs_pass_through": round(rps / floor, 3) if rps and floor else None,
+                      "cpu_ms_per_request_median": median_of(rs, "cpu_ms_per_request"),
+                      "failed_runs": sum("error" in r for r in rs)}
                for name, rs in runs.items()}
     # what ran is HEAD's tree (copies of it), whatever this checkout holds uncommitted
     head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
@@ -184,8 +182,8 @@ def main() -> None:
               "runs": runs, "summary": summary}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for name, s in summary.items():
-        print(f"{name:60s} {s['req_per_s_median']:8.0f} req/s  {s['vs_pass_through']:.2f}x  "
-              f"{s['cpu_ms_per_request_median']:.3f} ms CPU")
+        print(f"{name:60s} {s['req_per_s_median']} req/s  {s['vs_pass_through']}x  "
+              f"{s['cpu_ms_per_request_median']} ms CPU, {s['failed_runs']} failed")
 
 
 if __name__ == "__main__":
