@@ -428,6 +428,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "gpu-telemetry.json": ("python -m bench.gpu_telemetry (device tool)",
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
+    "gpu-telemetry-h100.json": ("PHASES=telemetry bash bench/run_h200.sh (device tool, an "
+                                "H100, c4bb70c)",
+                                "per-request energy on an H100 with the meter on the counter's "
+                                "beat: conservation 2e-15, a response's figure 1.3% / 9.6% "
+                                "from its final one (median, alone / ten at once) (nvml)", ""),
     "hostile.json": ("python -m bench.hostile",
                      "slowloris, agent spoofing and a 5,000-body mutation fuzz against a keyed "
                      "gateway with real workers and agent", ""),

@@ -199,6 +199,7 @@ class Ledger:
             win.closed_at = now
             win.progress = None
             self._open_count -= 1
+            win.others_until = float("inf") if self._open_count else self._last_close_t
             self._last_close_t = now
             win.times.clear()
             win.prompt.clear()
@@ -382,9 +383,11 @@ class Ledger:
         last step at the latest span's net power; of it, the request's share
         of the work: its own tokens in the stretch against the work per
         second of the last settled span (evenly with the requests running
-        now when that says nothing). A request no counter step has seen yet,
-        for which that comes to nothing (a quiet device), gets its curve's
-        estimate instead (with a curve)."""
+        now when that says nothing; all of it when no other request ran in
+        the stretch). A request charged nothing yet, for which that comes to
+        nothing too (a quiet device: no step has seen it, or the steps that
+        did saw idle power), gets its curve's estimate instead (with a
+        curve)."""
         assert win.closed_at is not None
         idle_w = self._idle_w or 0.0
         start = end = max(win.settled_until, win.opened_at)
@@ -397,14 +400,12 @@ class Ledger:
             net_w = max(0.0, energy / (b - a) - idle_w)
             extra += net_w * win.overlap_s(max(a, end), b)
             end = b
-        unseen = end == start  # no pending step covers it (shorter than a step)
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
-            unseen = unseen and b <= win.opened_at
             extra += max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
         estimate = extra * self._work_share(win, start, stretch_s)
-        if estimate < 1e-6 and unseen and win.rates.coef is not None:
-            # The last span's power said nothing of it (a quiet device: 0 J).
+        if estimate < 1e-6 and win.net_j < 1e-6 and win.rates.coef is not None:
+            # The spans said nothing of it yet (a quiet device: 0 J).
             estimate = self._curve_net(win, start, stretch_s, idle_w)
         return estimate, idle_extra
 
@@ -417,6 +418,8 @@ class Ledger:
         return max(0.0, gross - idle_w * stretch_s / n)
 
     def _work_share(self, win: Window, start: float, stretch_s: float) -> float:
+        if win.others_until <= start:
+            return 1.0  # alone through the stretch
         rate, batch = self._work
         even = 1.0 / (1 + self._open_count)
         if stretch_s <= 0 or rate <= 0:

@@ -32,6 +32,9 @@ class Window:
     synced: int = 0  # progress points copied so far
     mark_len: int = 0
     standalone: float | None = None  # kept when the timeline is dropped (compact)
+    # Set at its close: the last time another request ran beside it (inf: one
+    # still did). Alone after this, the energy of its unsettled stretch is its own.
+    others_until: float = float("inf")
 
     def add_points(self, points: list[Point], until: float) -> None:
         """Append (offset, prompt, decode) points, as absolute times up to `until`."""

@@ -390,3 +390,57 @@ def test_a_request_shorter_than_a_step_gets_its_curve_s_estimate_not_zero() -> N
     final = ledger.result(wid)
     assert final is not None and final.final and final.net_j > 0
     check_invariant(ledger)
+
+
+def test_a_lone_request_s_figure_takes_all_of_its_unsettled_stretch() -> None:
+    """A heavy request (10x the tokens a second) runs; a light one follows
+    at once, alone, at the same power (one client's requests back to back).
+    The heavy one's spans settle while the light one runs, and its
+    response's figure weighed the unsettled stretch by its own work against
+    the last settled span's, the heavy one's: a tenth of the stretch's
+    energy. Alone through the stretch, the stretch is all its own."""
+    ledger, counter, clock = make(lambda t: IDLE_W + (300.0 if 1.0 <= t < 2.0 else 0.0))
+    drive(ledger, counter, clock, 1.0)
+    heavy_points = [(0.0, 0, 0)]
+    heavy = ledger.open(progress=lambda i: heavy_points[i:])
+    for k in range(1, 6):
+        heavy_points.append((k * 0.1, 0, 1000 * k))
+        drive(ledger, counter, clock, 1.0 + k * 0.1)
+    ledger.close(heavy, heavy_points)
+    points = [(0.0, 0, 0)]
+    wid = ledger.open(progress=lambda i: points[i:])
+    for k in range(1, 6):
+        points.append((k * 0.1, 0, 100 * k))
+        drive(ledger, counter, clock, 1.5 + k * 0.1)
+    first = ledger.close(wid, points)
+    drive(ledger, counter, clock, 4.0)
+    final = ledger.result(wid)
+    assert first is not None and final is not None and final.final and not first.final
+    assert final.net_j == pytest.approx(150.0, rel=0.1)
+    assert first.net_j == pytest.approx(final.net_j, rel=0.1), (first, final)
+    check_invariant(ledger)
+
+
+def test_a_short_request_charged_nothing_yet_gets_its_curve_s_estimate() -> None:
+    """A short request on a quiet device whose first 100 ms a counter step
+    has already read at idle power (its prompt, not yet drawing power
+    there): that span said 0 J and only a request no step had seen got the
+    curve's estimate, so its response said 0 J (on an H100, a 4-token
+    answer alone). Charged nothing yet, it gets the curve's estimate too."""
+    idle_w = 5.0
+    ledger, counter, clock = make(lambda t: idle_w + (300.0 if 1.30 <= t < 1.35 else 0.0),
+                                  idle=idle_w)
+    drive(ledger, counter, clock, 1.2)
+    points = [(0.0, 0, 0)]
+    wid = ledger.open(progress=lambda i: points[i:], rates=SMALL)
+    points.append((0.05, 32, 0))
+    drive(ledger, counter, clock, 1.35)
+    points.append((0.15, 32, 4))
+    first = ledger.close(wid, points)
+    assert first is not None and not first.final
+    expected = 32 * SMALL.prefill_rate(1, 0.0) + 4 * SMALL.decode_rate(34, 1) - idle_w * 0.15
+    assert first.net_j == pytest.approx(expected, rel=0.05) and first.net_j > 0, first
+    drive(ledger, counter, clock, 3.0)
+    final = ledger.result(wid)
+    assert final is not None and final.final and final.net_j > 0
+    check_invariant(ledger)
