@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import random
 import resource
 import statistics
@@ -81,15 +82,45 @@ def body(prompt: int, out: int, rng: random.Random) -> dict[str, Any]:
             "max_tokens": out, "ignore_eos": True, "cache_prompt": False, "temperature": 0}
 
 
-SENT: list[tuple[str, str, dict[str, Any]]] = []  # (phase, energy id, response usage)
+# (phase, energy id, response usage, sent and answered: monotonic seconds)
+SENT: list[tuple[str, str, dict[str, Any], float, float]] = []
+# The counter's changes as the sampler gave them to the ledger: (when the
+# change happened, as dated; when the read that found it ended; counter J).
+INGESTS: list[tuple[float, float, float]] = []
+AROUND_S = 0.3  # the changes kept with a request: this long before and after it
+
+
+def record_ingests(ledger: Ledger) -> None:
+    """Keep every change the sampler hands `ledger` (in INGESTS): with each
+    request's send and answer times they show what its figures were made of."""
+    inner = ledger.ingest
+
+    def ingest(t: float, counter_j: float, power_w: float | None = None,
+               now: float | None = None) -> None:
+        if not INGESTS or INGESTS[-1][2] != counter_j:
+            INGESTS.append((t, t if now is None else now, counter_j))
+        inner(t, counter_j, power_w, now=now)
+    ledger.ingest = ingest  # type: ignore[method-assign]
+
+
+def changes_around(t0: float, t1: float) -> list[list[float]]:
+    """The counter's changes from AROUND_S before `t0` to AROUND_S after `t1`:
+    [dated, read end (both seconds from t0), joules since the change before]."""
+    out = []
+    for (_, _, before), (t, read_t, counter_j) in itertools.pairwise(INGESTS):
+        if t0 - AROUND_S <= t <= t1 + AROUND_S:
+            out.append([round(t - t0, 4), round(read_t - t0, 4), round(counter_j - before, 3)])
+    return out
 
 
 async def send(client: httpx.AsyncClient, gw: RunningGateway, b: dict[str, Any],
                phase: str = "warm-up") -> str:
+    t0 = time.monotonic()
     r = await client.post(gw.v1 + "/completions", json=b, timeout=300)
+    t1 = time.monotonic()
     r.raise_for_status()
     energy_id = r.headers["x-joulegate-energy-id"]
-    SENT.append((phase, energy_id, r.json().get("usage") or {}))
+    SENT.append((phase, energy_id, r.json().get("usage") or {}, t0, t1))
     return energy_id
 
 
@@ -99,15 +130,16 @@ async def response_vs_final(client: httpx.AsyncClient, gw: RunningGateway
     unless `energy_final`) against its final one, by phase (issue 24: the
     response's figure is the best estimate when it is sent)."""
     out: dict[str, Any] = {}
-    for phase in sorted({p for p, _, _ in SENT if p != "warm-up"}):
+    for phase in sorted({x[0] for x in SENT if x[0] != "warm-up"}):
         rel, final_in_response, rows = [], 0, []
-        for _, eid, usage in (x for x in SENT if x[0] == phase):
+        for _, eid, usage, t0, t1 in (x for x in SENT if x[0] == phase):
             final = (await final_figure(client, gw, eid))["net_j"]
             final_in_response += bool(usage.get("energy_final"))
             sent = usage.get("energy_joules")
             rows.append({"prompt_tokens": usage.get("prompt_tokens"),
                          "completion_tokens": usage.get("completion_tokens"),
-                         "sent_j": sent, "final_j": final})
+                         "sent_j": sent, "final_j": final, "answered_s": round(t1 - t0, 4),
+                         "changes": changes_around(t0, t1)})
             if sent is not None and final > 0:
                 rel.append((sent - final) / final)
         absolute = sorted(abs(x) for x in rel)
@@ -271,6 +303,7 @@ def main() -> None:
         with run_gateway(catalog, seams, sample_hz=SAMPLE_HZ,
                      first_byte_timeout_seconds=600, between_chunks_timeout_seconds=600) as gw:
             ledger = seams.devices[0].ledger
+            record_ingests(ledger)
             result = asyncio.run(measure(gw, ledger, nvml))
     finally:
         proc.terminate()
