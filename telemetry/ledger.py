@@ -379,8 +379,9 @@ class Ledger:
     def _estimate_unsettled(self, win: Window) -> tuple[float, float]:
         """Net joules not yet settled, and the idle share of that stretch,
         estimated in O(pending spans), which the settle lag bounds: the
-        pending spans' net energy over the window, then the stretch since the
-        last step at the latest span's net power; of it, the request's share
+        pending spans' net energy over the window (all that the final figure
+        will take of a span, where no other request ran in it), then the
+        stretch since the last step at the latest span's net power; of it, the request's share
         of the work: its own tokens in the stretch against the work per
         second of the last settled span (evenly with the requests running
         now when that says nothing; all of it when no other request ran in
@@ -394,11 +395,16 @@ class Ledger:
         stretch_s = max(0.0, win.closed_at - start)
         idle_extra = idle_w * stretch_s / (1 + self._open_count)
         extra = 0.0
+        alone = win.others_until <= start
         for a, b, energy in self._pending:
             if b <= end or a >= win.closed_at:
                 continue
-            net_w = max(0.0, energy / (b - a) - idle_w)
-            extra += net_w * win.overlap_s(max(a, end), b)
+            if alone:  # the span is its own: what the final figure will take of it
+                net = energy - min(energy, idle_w * (b - a))
+                extra += self._attributable(a, b, net, [win])
+            else:
+                net_w = max(0.0, energy / (b - a) - idle_w)
+                extra += net_w * win.overlap_s(max(a, end), b)
             end = b
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -443,4 +444,37 @@ def test_a_short_request_charged_nothing_yet_gets_its_curve_s_estimate() -> None
     drive(ledger, counter, clock, 3.0)
     final = ledger.result(wid)
     assert final is not None and final.final and final.net_j > 0
+    check_invariant(ledger)
+
+
+def on_steps(ledger: Ledger, counter: SteppingCounter, clock: Clock, until: float) -> None:
+    """Advance to `until`, reading the counter right at each 100 ms step (the
+    sampler on the counter's beat, its changes dated at their steps)."""
+    step = math.floor(clock.t * 10 + 1e-9) + 1
+    while step / 10 <= until + 1e-12:
+        clock.t = step / 10 + 1e-6  # just after it (the fake's steps are float sums)
+        r = counter.read()
+        ledger.ingest(step / 10, r.counter_j, r.power_w, now=clock.t)
+        step += 1
+    clock.t = until
+
+
+def test_a_lone_request_s_figure_takes_its_first_span_as_the_final_does() -> None:
+    """A request alone starts halfway through a counter step. The final
+    figure gives it that step's whole net energy (nothing else ran); the
+    response's figure took the step's average net power over the half it
+    covered, half of it (on an H100, a 64-token answer said 21 J of 28)."""
+    ledger, counter, clock = make(lambda t: IDLE_W + (300.0 if 1.25 <= t < 1.5 else 0.0))
+    on_steps(ledger, counter, clock, 1.25)
+    points = [(0.0, 0, 0)]
+    wid = ledger.open(progress=lambda i: points[i:])
+    for k in range(1, 6):
+        points.append((k * 0.05, 0, 10 * k))
+        on_steps(ledger, counter, clock, 1.25 + k * 0.05)
+    first = ledger.close(wid, points)
+    on_steps(ledger, counter, clock, 4.0)
+    final = ledger.result(wid)
+    assert first is not None and final is not None and final.final and not first.final
+    assert final.net_j == pytest.approx(75.0, rel=0.02)
+    assert first.net_j == pytest.approx(final.net_j, rel=0.02), (first, final)
     check_invariant(ledger)
