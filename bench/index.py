@@ -107,6 +107,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                 "LocalMeter.open patched to return None",
                                 "diagnostic: per-request metering's cost at c=50 (0.434 -> "
                                 "0.325 ms CPU per request, +32% req/s without it)", ""),
+    "ab-note-work-c50.json": (AB + " --base 8f9eeb4 --connections 50 --rounds 3 --seconds 6 "
+                              "(the ledger weighing a closing request's share by the newest "
+                              "span's work, read at each counter change)",
+                              "0.599 -> 0.602 ms CPU per request, 1,710 -> 1,697 req/s: within "
+                              "the noise (p99 111 -> 142 ms in the medians; the base's rounds "
+                              "109-200)", ""),
     "ab-no-metering-c1.json": (AB + " --rounds 4, the same patch",
                                "diagnostic: per-request metering's cost at c=1 (p99 2.59 -> "
                                "1.94 ms without it)", ""),

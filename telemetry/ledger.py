@@ -122,8 +122,8 @@ class Ledger:
         self._last_span: tuple[float, float, float] | None = None
         self._quiet_j = 0.0
         self._quiet_s_sum = 0.0
-        # The last settled span's work per second (in its windows' units) and
-        # batch sizes: what a closing request's provisional share is weighed by.
+        # The newest span's work per second (in its windows' units) and batch
+        # sizes: what a closing request's provisional share is weighed by.
         self._work: tuple[float, Counter[TokenRates]] = (0.0, Counter())
         self._background_j = 0.0  # decayed sums over window-free spans (see above)
         self._background_s = 0.0
@@ -155,6 +155,7 @@ class Ledger:
                 return
             self._pending.append((self._last_change_t, t, delta))
             self._last_span = (self._last_change_t, t, delta)
+            self._note_work(self._last_change_t, t, now)
             self.measured_j += delta
             self._last_counter, self._last_change_t = counter_j, t
             self._expire(now)
@@ -300,16 +301,7 @@ class Ledger:
         if not wins:
             self._learn_background(a, b, net)
         attributable = self._attributable(a, b, net, wins)
-        spans = [(w, *span_tokens(w, a, b)) for w in wins]
-        # Requests of one backend doing work in the span: the curve's batch size.
-        batch = Counter(w.rates for w, dp, dd, _ in spans if dp + dd > 0)
-        works = []
-        for w, dp, dd, context in spans:
-            n = batch.get(w.rates, 1)
-            pre = dp * w.rates.prefill_rate(n, self._w)
-            works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
-        total = sum(x[1] for x in works)
-        self._work = (total / (b - a), batch)  # for provisional figures' shares
+        works, total, _ = self._works(a, b, wins)
         overlaps = [w.overlap_s(a, b) for w in wins]
         overlap_total = sum(overlaps)
         idle_per_s = idle / (b - a) / len(wins) if wins else 0.0
@@ -333,6 +325,33 @@ class Ledger:
         self.idle_j += idle
         self.unattributed_j += net - attributed
         self._learn(a, b, energy, wins)
+
+    def _works(self, a: float, b: float, wins: list[Window]
+               ) -> tuple[list[tuple[Window, float, float]], float, Counter[TokenRates]]:
+        """Each window's work in [a, b] (and the prefill part of it), their
+        sum, and the batch sizes: requests of one backend doing work in the
+        span (the curve's n)."""
+        spans = [(w, *span_tokens(w, a, b)) for w in wins]
+        batch = Counter(w.rates for w, dp, dd, _ in spans if dp + dd > 0)
+        works = []
+        for w, dp, dd, context in spans:
+            n = batch.get(w.rates, 1)
+            pre = dp * w.rates.prefill_rate(n, self._w)
+            works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
+        return works, sum(x[1] for x in works), batch
+
+    def _note_work(self, a: float, b: float, now: float) -> None:
+        """The newest span's work per second, its requests' progress read now:
+        what a request closing before the span settles weighs its share of the
+        unsettled stretch against. (A settled span's is a second old under
+        load, and a burst's requests that end within its first second were
+        weighed against the quiet before it: evenly.) O(live windows)."""
+        wins = [w for w in self._live.values()
+                if w.opened_at < b and (w.closed_at is None or w.closed_at > a)]
+        for w in wins:
+            w.sync(now)
+        _, total, batch = self._works(a, b, wins)
+        self._work = (total / (b - a), batch)
 
     def _attributable(self, a: float, b: float, net: float, wins: list[Window]) -> float:
         """The part of a span's net energy its requests take: all but the
@@ -381,11 +400,11 @@ class Ledger:
         estimated in O(pending spans), which the settle lag bounds: the
         pending spans' net energy over the window (all that the final figure
         will take of a span, where no other request ran in it), then the
-        stretch since the last step at the latest span's net power; of it, the request's share
-        of the work: its own tokens in the stretch against the work per
-        second of the last settled span (evenly with the requests running
-        now when that says nothing; all of it when no other request ran in
-        the stretch). A request charged nothing yet, for which that comes to
+        stretch since the last step at the latest span's net power; of it,
+        the request's share of the work: its own tokens in the stretch
+        against the work per second of the newest span (evenly with the
+        requests running now when that says nothing; all of it when no other
+        request ran in the stretch). A request charged nothing yet, for which that comes to
         nothing too (a quiet device: no step has seen it, or the steps that
         did saw idle power), gets its curve's estimate instead (with a
         curve)."""

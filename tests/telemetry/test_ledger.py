@@ -478,3 +478,38 @@ def test_a_lone_request_s_figure_takes_its_first_span_as_the_final_does() -> Non
     assert final.net_j == pytest.approx(75.0, rel=0.02)
     assert first.net_j == pytest.approx(final.net_j, rel=0.02), (first, final)
     check_invariant(ledger)
+
+
+def test_a_request_that_ends_early_in_a_burst_is_weighed_by_the_work_running_now() -> None:
+    """Three requests start together after a quiet spell: one decodes 9x the
+    tokens of each of the other two. A light one ends 0.5 s in, before any
+    span of the burst has settled (they wait a second for progress). Its
+    response's figure weighed the unsettled stretch against the last settled
+    span's work, the quiet before the burst (none): evenly, a third, where
+    its final share is a ninth of the rest (on an H100, ten at once: 1-4-token
+    answers said 4-8x their final figures, a 4,096-token prompt 40% under).
+    Now against the newest span's work, as its requests' progress says."""
+    ledger, counter, clock = make(lambda t: IDLE_W + (300.0 if 1.0 <= t < 3.0 else 0.0))
+    on_steps(ledger, counter, clock, 1.0)
+    heavy_points, a_points, b_points = [(0.0, 0, 0)], [(0.0, 0, 0)], [(0.0, 0, 0)]
+    heavy = ledger.open(progress=lambda i: heavy_points[i:])
+    light_a = ledger.open(progress=lambda i: a_points[i:])
+    light_b = ledger.open(progress=lambda i: b_points[i:])
+    for k in range(1, 21):
+        t = k * 0.1
+        heavy_points.append((t, 0, 90 * k))
+        b_points.append((t, 0, 10 * k))
+        if k <= 5:
+            a_points.append((t, 0, 10 * k))
+        on_steps(ledger, counter, clock, 1.0 + t - 0.05)
+        if k == 5:
+            first = ledger.close(light_a, a_points)
+        on_steps(ledger, counter, clock, 1.0 + t)
+    ledger.close(heavy, heavy_points)
+    ledger.close(light_b, b_points)
+    on_steps(ledger, counter, clock, 5.0)
+    final = ledger.result(light_a)
+    assert first is not None and final is not None and final.final and not first.final
+    assert final.net_j == pytest.approx(300.0 * 0.5 / 11, rel=0.1)
+    assert first.net_j == pytest.approx(final.net_j, rel=0.1), (first, final)
+    check_invariant(ledger)
