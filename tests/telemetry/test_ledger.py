@@ -513,3 +513,27 @@ def test_a_request_that_ends_early_in_a_burst_is_weighed_by_the_work_running_now
     assert final.net_j == pytest.approx(300.0 * 0.5 / 11, rel=0.1)
     assert first.net_j == pytest.approx(final.net_j, rel=0.1), (first, final)
     check_invariant(ledger)
+
+
+def test_a_request_that_began_in_the_last_span_takes_its_curve_for_the_stretch_after() -> None:
+    """A lone request starts near the end of a counter step and does most of
+    its work after it; it ends before the next step. The stretch after the
+    step was priced at that step's net power, the quiet before the request
+    (on an H100, the first 64-token answer after a quiet spell said 1 J of
+    its final 28). Now its curve's net estimate for its tokens there."""
+    decode_w = 1000 * SMALL.decode_rate(0, 1)  # 1,000 tokens a second, by the curve
+    ledger, counter, clock = make(lambda t: IDLE_W + (
+        decode_w - IDLE_W if 1.37 <= t < 1.46 else 0.0))
+    on_steps(ledger, counter, clock, 1.36)
+    points = [(0.0, 0, 0), (0.01, 0, 0)]
+    wid = ledger.open(progress=lambda i: points[i:], rates=SMALL)
+    for k in range(1, 10):
+        points.append((0.01 + k * 0.01, 0, 10 * k))
+        on_steps(ledger, counter, clock, 1.37 + k * 0.01)
+    first = ledger.close(wid, points)
+    on_steps(ledger, counter, clock, 4.0)
+    final = ledger.result(wid)
+    assert first is not None and final is not None and final.final and not first.final
+    assert final.net_j == pytest.approx((decode_w - IDLE_W) * 0.09, rel=0.05)
+    assert first.net_j == pytest.approx(final.net_j, rel=0.1), (first, final)
+    check_invariant(ledger)
