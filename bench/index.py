@@ -435,10 +435,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
     "gpu-telemetry-h100.json": ("PHASES=telemetry bash bench/run_h200.sh (device tool, an "
-                                "H100, c4bb70c)",
+                                "H100, 029c6bc)",
                                 "per-request energy on an H100 with the meter on the counter's "
-                                "beat: conservation 2e-15, a response's figure 1.3% / 9.6% "
-                                "from its final one (median, alone / ten at once) (nvml)", ""),
+                                "beat: conservation 2e-15, a response's figure 1.6% / 4.8% "
+                                "from its final one (median, alone / ten at once; 1.3% / 9.6% "
+                                "at c4bb70c); each request's counter changes (nvml)", ""),
     "hostile.json": ("python -m bench.hostile",
                      "slowloris, agent spoofing and a 5,000-body mutation fuzz against a keyed "
                      "gateway with real workers and agent", ""),
