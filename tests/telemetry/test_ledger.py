@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 
 from telemetry.ledger import Ledger
 from telemetry.rates import TOKEN_COUNTS, TokenRates
+from telemetry.timeline import EnergyFigure
 from tests.telemetry.fakes import Clock, SteppingCounter
 
 IDLE_W = 100.0
@@ -393,6 +395,24 @@ def test_a_request_shorter_than_a_step_gets_its_curve_s_estimate_not_zero() -> N
     check_invariant(ledger)
 
 
+def lone_request(ledger: Ledger, counter: SteppingCounter, clock: Clock, start: float,
+                 every_s: float, tokens: int, advance: Callable[..., None]
+                 ) -> tuple[EnergyFigure, EnergyFigure]:
+    """A request from `start` that decodes `tokens` more every `every_s`, five
+    times, its progress read live, then closes: its response's figure and,
+    2.5 s on (`advance`: how the counter is read), its final one."""
+    points = [(0.0, 0, 0)]
+    wid = ledger.open(progress=lambda i: points[i:])
+    for k in range(1, 6):
+        points.append((k * every_s, 0, tokens * k))
+        advance(ledger, counter, clock, start + k * every_s)
+    first = ledger.close(wid, points)
+    advance(ledger, counter, clock, start + 5 * every_s + 2.5)
+    final = ledger.result(wid)
+    assert first is not None and final is not None and final.final and not first.final
+    return first, final
+
+
 def test_a_lone_request_s_figure_takes_all_of_its_unsettled_stretch() -> None:
     """A heavy request (10x the tokens a second) runs; a light one follows
     at once, alone, at the same power (one client's requests back to back).
@@ -408,15 +428,7 @@ def test_a_lone_request_s_figure_takes_all_of_its_unsettled_stretch() -> None:
         heavy_points.append((k * 0.1, 0, 1000 * k))
         drive(ledger, counter, clock, 1.0 + k * 0.1)
     ledger.close(heavy, heavy_points)
-    points = [(0.0, 0, 0)]
-    wid = ledger.open(progress=lambda i: points[i:])
-    for k in range(1, 6):
-        points.append((k * 0.1, 0, 100 * k))
-        drive(ledger, counter, clock, 1.5 + k * 0.1)
-    first = ledger.close(wid, points)
-    drive(ledger, counter, clock, 4.0)
-    final = ledger.result(wid)
-    assert first is not None and final is not None and final.final and not first.final
+    first, final = lone_request(ledger, counter, clock, 1.5, 0.1, 100, drive)
     assert final.net_j == pytest.approx(150.0, rel=0.1)
     assert first.net_j == pytest.approx(final.net_j, rel=0.1), (first, final)
     check_invariant(ledger)
@@ -466,15 +478,7 @@ def test_a_lone_request_s_figure_takes_its_first_span_as_the_final_does() -> Non
     covered, half of it (on an H100, a 64-token answer said 21 J of 28)."""
     ledger, counter, clock = make(lambda t: IDLE_W + (300.0 if 1.25 <= t < 1.5 else 0.0))
     on_steps(ledger, counter, clock, 1.25)
-    points = [(0.0, 0, 0)]
-    wid = ledger.open(progress=lambda i: points[i:])
-    for k in range(1, 6):
-        points.append((k * 0.05, 0, 10 * k))
-        on_steps(ledger, counter, clock, 1.25 + k * 0.05)
-    first = ledger.close(wid, points)
-    on_steps(ledger, counter, clock, 4.0)
-    final = ledger.result(wid)
-    assert first is not None and final is not None and final.final and not first.final
+    first, final = lone_request(ledger, counter, clock, 1.25, 0.05, 10, on_steps)
     assert final.net_j == pytest.approx(75.0, rel=0.02)
     assert first.net_j == pytest.approx(final.net_j, rel=0.02), (first, final)
     check_invariant(ledger)
