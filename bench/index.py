@@ -107,6 +107,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                 "LocalMeter.open patched to return None",
                                 "diagnostic: per-request metering's cost at c=50 (0.434 -> "
                                 "0.325 ms CPU per request, +32% req/s without it)", ""),
+    "ab-ledger-provisional-c1.json": (AB + " --base c4bb70c --rounds 6 --seconds 6 (at "
+                                      "cd11aa0: the ledger's provisional-figure fixes of "
+                                      "this stop)",
+                                      "no cost at one connection: 0.744 -> 0.740 ms CPU a "
+                                      "request, 1,323 -> 1,330 req/s, p99 2.72 -> 2.74 ms",
+                                      ""),
     "ab-note-work-c50.json": (AB + " --base 8f9eeb4 --connections 50 --rounds 3 --seconds 6 "
                               "(the ledger weighing a closing request's share by the newest "
                               "span's work, read at each counter change)",
