@@ -4,7 +4,9 @@
 #
 #   bash bench/prepare_h200.sh     # here, once: .whl (the wheels) and .tools (nginx, wrk)
 # then, through the device tool (carry [".whl", ".tools"]):
-#   JOULEGATE_COMMIT=$(git rev-parse --short HEAD) bash bench/run_gateways_device.sh
+#   JOULEGATE_COMMIT=<hash> bash bench/run_gateways_device.sh
+# <hash>: `git rev-parse --short HEAD` of this checkout, written out (the device's
+# git may hold an older commit than the tree it carries: results would name that).
 # ROUNDS (3) rounds in turns of SECONDS_EACH (5) s a case: ~7 min, inside a call's 10.
 # -> $OUT/gateways-h200-host.json and .png (copy them to bench/results/).
 set -euo pipefail

@@ -2,7 +2,9 @@
 # The H200 benchmark, whole, in as few device calls as its limits allow.
 #
 # Through the device tool (repo root as cwd; carry .llama .whl .data):
-#   JOULEGATE_COMMIT=$(git rev-parse --short HEAD) bash bench/run_h200.sh
+#   JOULEGATE_COMMIT=<hash> bash bench/run_h200.sh
+# <hash>: `git rev-parse --short HEAD` of this checkout, written out (the device's
+# git may hold an older commit than the tree it carries: results would name that).
 # Each call does what is not done yet and stops before the 10-minute limit:
 #   1. setup (bench/device_setup.sh): llama-server (carried build or 5-min CUDA
 #      build), the 1B and 8B random-weight models, the wheels;

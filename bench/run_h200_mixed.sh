@@ -2,7 +2,9 @@
 # One GPU under mixed load (bench/gpu_mixed.py): closed loops of clients on
 # the 1B and the 8B at once, against what the operating curves predict.
 # Through the device tool (repo root as cwd; carry .llama .whl .data):
-#   JOULEGATE_COMMIT=$(git rev-parse --short HEAD) bash bench/run_h200_mixed.sh
+#   JOULEGATE_COMMIT=<hash> bash bench/run_h200_mixed.sh
+# <hash>: `git rev-parse --short HEAD` of this checkout, written out (the device's
+# git may hold an older commit than the tree it carries: results would name that).
 # Setup (bench/device_setup.sh, ~3 min on a fresh machine), then the grid:
 # 16 points x 2 prompt lengths at SECONDS (default 6) each, ~5 min; the points
 # done are in gpu-mixed.partial.json if the call is cut off.

@@ -2,7 +2,9 @@
 # The H200 thinking benchmark (bench/gpu_thinking.py), in as few device calls
 # as its limits allow. Through the device tool (repo root as cwd; carry .llama
 # .whl .data, prepared by bench/prepare_h200.sh):
-#   JOULEGATE_COMMIT=$(git rev-parse --short HEAD) bash bench/run_h200_thinking.sh
+#   JOULEGATE_COMMIT=<hash> bash bench/run_h200_thinking.sh
+# <hash>: `git rev-parse --short HEAD` of this checkout, written out (the device's
+# git may hold an older commit than the tree it carries: results would name that).
 # Each call does what is not done yet and stops before the 10-minute limit:
 #   1. setup (bench/device_setup.sh): llama-server, the Qwen3-1.7B and -8B shapes;
 #   2. calibrate -> gpu-thinking-curves.json (+ curves/h200/qwen3-*.json);
