@@ -408,8 +408,9 @@ class Ledger:
         will take of a span, where no other request ran in it), then the
         stretch since the last step at the latest span's net power (for a
         request that began inside that span or after it, its curve's net
-        estimate for its tokens in the stretch instead: the span's power was
-        the quiet before it); of it, the request's share of the work: its own tokens in the stretch
+        estimate for its tokens in the stretch where that is more: the span's
+        power may be the quiet before it); of it, the request's share of the
+        work: its own tokens in the stretch
         against the work per second of the newest span (evenly with the
         requests running now when that says nothing; all of it when no other
         request ran in the stretch). A request charged nothing yet, for which that comes to
@@ -433,16 +434,17 @@ class Ledger:
                 net_w = max(0.0, energy / (b - a) - idle_w)
                 extra += net_w * win.overlap_s(max(a, end), b)
             end = b
-        tail = 0.0  # its own, where its curve says it
+        tail = curve_tail = 0.0
         if win.closed_at > end and self._last_span is not None:
             a, b, energy = self._last_span
+            tail = max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
             if win.opened_at > a and win.rates.coef is not None:
                 # it began inside the last span or after it: that span's power
-                # is the quiet before it or its start, not its own running
-                tail = self._curve_net(win, end, win.closed_at - end, idle_w)
-            else:
-                extra += max(0.0, energy / (b - a) - idle_w) * (win.closed_at - end)
-        estimate = extra * self._work_share(win, start, stretch_s) + tail
+                # may be the quiet before it, not its own running; its curve's
+                # net for its tokens there, where that says more
+                curve_tail = self._curve_net(win, end, win.closed_at - end, idle_w)
+        share = self._work_share(win, start, stretch_s)
+        estimate = extra * share + max(tail * share, curve_tail)
         if estimate < 1e-6 and win.net_j < 1e-6 and win.rates.coef is not None:
             # The spans said nothing of it yet (a quiet device: 0 J).
             estimate = self._curve_net(win, start, stretch_s, idle_w)

@@ -206,9 +206,17 @@ class Exchange:
         obj = sse.event_json(event)
         if obj is None:
             return (event, None, "") if sse.is_passable(event) else None
-        if obj.get("usage") and not obj.get("choices"):
-            self.usage_event = obj
-            return None
+        if obj.get("usage"):
+            if not obj.get("choices"):
+                self.usage_event = obj
+                return None
+            # llama.cpp's /v1/completions puts the usage on its last chunk,
+            # beside that chunk's choices: kept as the usage event (sent at
+            # the end with energy, to clients that asked), the chunk without it
+            usage = obj["usage"]
+            obj = {k: v for k, v in obj.items() if k != "usage"}
+            self.usage_event = {**obj, "choices": [], "usage": usage}
+            event = sse.encode(obj)
         if "error" in obj:
             self.status = "upstream_error_event"
             err = _error_envelope(obj["error"])

@@ -65,10 +65,16 @@ def test_streaming_without_usage_withholds_it_and_ends_with_done(
     assert not any('"usage"' in e and '"choices":[]' in e for e in events)
 
 
-def test_completions_both_ways(gateway: RunningGateway) -> None:
+def test_completions_both_ways(gateway: RunningGateway, workers: Workers) -> None:
     c = client(gateway)
     r = c.completions.create(model="large", prompt="the energy of", max_tokens=5)
     assert r.choices[0].text and r.usage and r.usage.completion_tokens == 5
+    # the worker's own counts (llama.cpp puts them on the last chunk, beside its
+    # choices), not the gateway's estimate nor its count of events (two tokens
+    # of one character come in one event)
+    direct = httpx.post(workers.large + "/v1/completions", timeout=30, json={
+        "prompt": "the energy of", "max_tokens": 5}).json()["usage"]
+    assert r.usage.prompt_tokens == direct["prompt_tokens"]
     parts = list(c.completions.create(model="auto", prompt="one two", max_tokens=5,
                                       stream=True, stream_options={"include_usage": True}))
     assert "".join(p.choices[0].text for p in parts if p.choices)
