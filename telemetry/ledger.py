@@ -275,9 +275,7 @@ class Ledger:
         live, done = self._live, self._done
         while self._pending:
             a, b, energy = self._pending[0]
-            # Window.overlaps, inlined: this runs for every live window per step.
-            wins = [w for w in live.values()
-                    if w.opened_at < b and (w.closed_at is None or w.closed_at > a)]
+            wins = self._overlapping(a, b)
             running = [w for w in wins if w.closed_at is None]
             blind = any(w.progress is None for w in running)
             if running and now - b < (self._blind_lag_s if blind else self._lag_s):
@@ -340,6 +338,12 @@ class Ledger:
             works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
         return works, sum(x[1] for x in works), batch
 
+    def _overlapping(self, a: float, b: float) -> list[Window]:
+        """The live windows overlapping [a, b] (Window.overlaps, inlined: this
+        runs for every live window per step)."""
+        return [w for w in self._live.values()
+                if w.opened_at < b and (w.closed_at is None or w.closed_at > a)]
+
     def _note_work(self, a: float, b: float, now: float) -> None:
         """The newest span's work per second, its requests' progress read now:
         what a request closing before the span settles weighs its share of the
@@ -352,8 +356,7 @@ class Ledger:
         estimate, it cost 6 us a window, +8% CPU a request)."""
         if self._open_count < 2:
             return
-        wins = [w for w in self._live.values()
-                if w.opened_at < b and (w.closed_at is None or w.closed_at > a)]
+        wins = self._overlapping(a, b)
         for w in wins:
             w.sync(now)
         _, total, batch = self._works(a, b, wins)
@@ -410,13 +413,12 @@ class Ledger:
         request that began inside that span or after it, its curve's net
         estimate for its tokens in the stretch where that is more: the span's
         power may be the quiet before it); of it, the request's share of the
-        work: its own tokens in the stretch
-        against the work per second of the newest span (evenly with the
-        requests running now when that says nothing; all of it when no other
-        request ran in the stretch). A request charged nothing yet, for which that comes to
-        nothing too (a quiet device: no step has seen it, or the steps that
-        did saw idle power), gets its curve's estimate instead (with a
-        curve)."""
+        work: all of it when no other request ran in the stretch, else its
+        own tokens in the stretch against the work per second of the newest
+        span (evenly with the requests running now when that says nothing).
+        A request charged nothing yet, for which that comes to nothing too (a
+        quiet device: no step has seen it, or the steps that did saw idle
+        power), gets its curve's estimate instead (with a curve)."""
         assert win.closed_at is not None
         idle_w = self._idle_w or 0.0
         start = end = max(win.settled_until, win.opened_at)
@@ -443,7 +445,7 @@ class Ledger:
                 # may be the quiet before it, not its own running; its curve's
                 # net for its tokens there, where that says more
                 curve_tail = self._curve_net(win, end, win.closed_at - end, idle_w)
-        share = self._work_share(win, start, stretch_s)
+        share = 1.0 if alone else self._work_share(win, start, stretch_s)
         estimate = extra * share + max(tail * share, curve_tail)
         if estimate < 1e-6 and win.net_j < 1e-6 and win.rates.coef is not None:
             # The spans said nothing of it yet (a quiet device: 0 J).
@@ -459,8 +461,6 @@ class Ledger:
         return max(0.0, gross - idle_w * stretch_s / n)
 
     def _work_share(self, win: Window, start: float, stretch_s: float) -> float:
-        if win.others_until <= start:
-            return 1.0  # alone through the stretch
         rate, batch = self._work
         even = 1.0 / (1 + self._open_count)
         if stretch_s <= 0 or rate <= 0:
