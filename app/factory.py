@@ -46,7 +46,13 @@ from app.upstream.http1 import Http1Transport
 from app.upstream.pool import HealthChecker, ReplicaPool
 from router.placeholder import PlaceholderRouter
 from telemetry.corewatts import CoreWatts, host_packages
-from telemetry.devices import DeviceSpec, MeteredDevice, metered_device, start_samplers
+from telemetry.devices import (
+    DeviceSpec,
+    MeteredDevice,
+    metered_device,
+    start_samplers,
+    wait_for_readings,
+)
 from telemetry.metrics import DeviceView, Metrics
 from telemetry.rates import TokenRates
 from telemetry.sampler import Sampler
@@ -57,6 +63,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("joulegate")
 GC_THRESHOLDS = (50_000, 20, 100)  # the collector's generations (Python's: 700, 10, 10)
+FIRST_READING_S = 5.0  # the longest start-up waits for each energy counter's first reading
 
 def device_spec(d: Device) -> DeviceSpec:
     return DeviceSpec(d.name, d.host, d.source, d.index, d.idle_power_w,
@@ -198,6 +205,12 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                                 metrics.backend_up)
         await checker.check_once()
         checker.start()
+        # serve once each counter has been read: a request answered before its
+        # device's first reading would keep 0 J
+        missing = await asyncio.to_thread(wait_for_readings, samplers, FIRST_READING_S)
+        for name in missing:
+            log.warning("energy counter %s has not been read in %.0f s: requests answered "
+                        "before its first reading get 0 J", name, FIRST_READING_S)
         for b in catalog.backends:
             metrics.init_backend(b.tier, b.name, catalog.baseline)
         app.state.on_error = metrics.rejected

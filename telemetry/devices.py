@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from telemetry.estimate import EstimateReader
@@ -59,6 +60,21 @@ def start_samplers(devices: Iterable[MeteredDevice], hz: float,
     for s in samplers:
         s.start()
     return samplers
+
+
+def wait_for_readings(samplers: Iterable[Sampler], timeout_s: float, poll_s: float = 0.005,
+                      sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Wait, up to `timeout_s`, until each sampler's ledger holds a reading of
+    its counter: a request answered before its device's first reading
+    overlaps no span of the counter and would keep 0 J. The readers still
+    without one (a failing counter: requests get its figures once it reads)."""
+    samplers = list(samplers)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [s.reader.name for s in samplers if s.ledger.last_counter_j is None]
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        sleep(poll_s)
 
 
 def metered_device(spec: DeviceSpec, prefill_weight: float) -> MeteredDevice:

@@ -15,7 +15,7 @@ import pytest
 from app.factory import Seams
 from telemetry.devices import DeviceSpec, MeteredDevice
 from telemetry.ledger import Ledger
-from tests.integration.conftest import Workers, catalog_for, run_gateway
+from tests.integration.conftest import Workers, catalog_for, final_energy, run_gateway
 from tests.telemetry.fakes import SteppingCounter
 
 pytestmark = pytest.mark.integration
@@ -60,3 +60,36 @@ def test_every_request_gets_energy_and_totals_add_up(workers: Workers) -> None:
         t = ledger.totals()
         assert t.measured_j > 0
         assert t.attributed_j + t.idle_j + t.unattributed_j == pytest.approx(t.measured_j)
+
+
+class _WakingCounter(SteppingCounter):
+    """The fake GPU counter, whose first read takes 4 s (a driver
+    waking up)."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda t: 250.0, time.monotonic, step_s=0.1, read_s=0.003)
+        self._t = self._next_step = time.monotonic()
+        self.first_s = 4.0
+
+    def read(self):  # type: ignore[no-untyped-def]
+        if self.first_s:
+            time.sleep(self.first_s)
+            self.first_s = 0.0
+        return super().read()
+
+
+def test_the_first_request_after_start_gets_energy(workers: Workers) -> None:
+    """The gateway serves once its counter has been read: a request answered
+    before the first reading would overlap no span and keep 0 J for good."""
+    def waking_gpu(spec: DeviceSpec) -> MeteredDevice:
+        return MeteredDevice(spec, _WakingCounter(), Ledger("nvml", idle_power_w=100.0))
+
+    seams = Seams(device_factory=waking_gpu)
+    with run_gateway(catalog_for([workers.small], [workers.large]), seams) as gw:
+        assert seams.devices[0].ledger.last_counter_j is not None
+        r = httpx.post(gw.v1 + "/chat/completions", json={
+            "model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+        assert r.status_code == 200
+        fig = final_energy(gw.v1, r.headers["x-joulegate-energy-id"])
+        assert fig["final"] is True
+        assert fig["net_j"] > 0

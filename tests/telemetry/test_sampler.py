@@ -8,6 +8,7 @@ import statistics
 import threading
 import time
 
+from telemetry.devices import wait_for_readings
 from telemetry.ledger import Ledger
 from telemetry.sampler import QUIET_OPEN, Sampler
 from tests.telemetry.fakes import SteppingCounter
@@ -137,3 +138,38 @@ def test_a_dear_counter_is_read_on_its_beat() -> None:
     # each change dated at its step (the span ends the ledger splits by), not at the read
     errors = [abs(b.t - (t0 + round((b.t - t0) / 0.1) * 0.1)) for b in changes]
     assert statistics.median(errors) < 0.006
+
+
+class _SlowFirstRead(SteppingCounter):
+    """A counter whose first read takes `first_s` (a driver waking up)."""
+
+    def __init__(self, first_s: float) -> None:
+        super().__init__(lambda t: 150.0, time.monotonic, step_s=0.02)
+        self._t = self._next_step = time.monotonic()
+        self.first_s = first_s
+
+    def read(self):  # type: ignore[no-untyped-def]
+        if self.first_s:
+            time.sleep(self.first_s)
+            self.first_s = 0.0
+        return super().read()
+
+
+def test_waits_for_each_counters_first_reading_and_names_those_without() -> None:
+    slow = Sampler(_SlowFirstRead(0.3), Ledger("nvml"), hz=50)
+    broken_counter = _SlowFirstRead(0.0)
+    broken_counter.fail = True
+    broken = Sampler(broken_counter, Ledger("nvml"), hz=50)
+    for s in (slow, broken):
+        s.start()
+    try:
+        began = time.monotonic()
+        assert wait_for_readings([slow], timeout_s=5) == []
+        assert 0.25 <= time.monotonic() - began < 3
+        assert slow.ledger.last_counter_j is not None
+        began = time.monotonic()
+        assert wait_for_readings([slow, broken], timeout_s=0.2) == [broken_counter.name]
+        assert 0.2 <= time.monotonic() - began < 1
+    finally:
+        for s in (slow, broken):
+            s.stop()
