@@ -16,8 +16,9 @@
    on the chat-traffic workload's own prompts (router/data/traffic_prompts.tsv,
    also never trained on), each prompt once; and on the stop-51 probe
    (router/data/probe_stop51.tsv: not held out, it found misroutes that were
-   then fixed) and the stop-52 and stop-53 probes (router/data/
-   probe_stop52.tsv, probe_stop53.tsv: held out, nothing trained on them).
+   then fixed) and the stop-52, stop-53 and stop-60 probes (router/data/
+   probe_stop52.tsv, probe_stop53.tsv, probe_stop60.tsv: held out, nothing
+   trained on them).
 4. Expected energy saved against always-large at those targets on both
    workloads (app/tools/workload.py: chat-traffic, the reference, and the
    benchmark mix), with the H200 curves (deploy/models.gpu.yaml) and the
@@ -64,6 +65,7 @@ TRAFFIC = ROOT / "router" / "data" / "traffic_prompts.tsv"
 PROBE = ROOT / "router" / "data" / "probe_stop51.tsv"
 PROBE_52 = ROOT / "router" / "data" / "probe_stop52.tsv"
 PROBE_53 = ROOT / "router" / "data" / "probe_stop53.tsv"
+PROBE_60 = ROOT / "router" / "data" / "probe_stop60.tsv"
 TARGETS = (0.90, 0.95, 0.99)
 
 
@@ -195,7 +197,7 @@ def main() -> None:
     assert router.model is not None, "no complexity model: run joulegate train-complexity"
     report = json.loads((ROOT / "router" / "artifacts" / "complexity-report.json").read_text())
     held_open, traffic, probe = own_items(OPEN_EVAL), own_items(TRAFFIC), own_items(PROBE)
-    probe_52, probe_53 = own_items(PROBE_52), own_items(PROBE_53)
+    probe_52, probe_53, probe_60 = own_items(PROBE_52), own_items(PROBE_53), own_items(PROBE_60)
     result = {"commit": project_commit(), "routellm_held_out": routellm_metrics(router),
               "controls_apgr": controls(DATA, OWN, OPEN_EVAL, catalog),
               "open_eval_recall": {str(t): tier_recall(router, held_open, t) for t in TARGETS},
@@ -205,6 +207,8 @@ def main() -> None:
               "probe_stop52_recall": {str(t): tier_recall(router, probe_52, t)
                                       for t in TARGETS},
               "probe_stop53_recall": {str(t): tier_recall(router, probe_53, t)
+                                      for t in TARGETS},
+              "probe_stop60_recall": {str(t): tier_recall(router, probe_60, t)
                                       for t in TARGETS},
               "savings": savings(router), "quality_targets": report["quality_targets"],
               "chat_traffic_quality_at_0.95_by_sample_size": sample_sizes(router),
