@@ -203,14 +203,14 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                             on_answered=spend.answered, on_settled=admission.settle), planner)
         checker = HealthChecker(pool, upstream, settings.health_interval_seconds,
                                 metrics.backend_up)
-        await checker.check_once()
-        checker.start()
         # serve once each counter has been read: a request answered before its
         # device's first reading would keep 0 J
         missing = await asyncio.to_thread(wait_for_readings, samplers, FIRST_READING_S)
         for name in missing:
             log.warning("energy counter %s has not been read in %.0f s: requests answered "
                         "before its first reading get 0 J", name, FIRST_READING_S)
+        await checker.check_once()
+        checker.start()
         for b in catalog.backends:
             metrics.init_backend(b.tier, b.name, catalog.baseline)
         app.state.on_error = metrics.rejected
