@@ -32,6 +32,7 @@ import random
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +219,11 @@ def fit_prefill_weight(alone_j: list[float]) -> tuple[float, float]:
     return (max(0.0, b / a) if a > 0 else 0.1), a
 
 
-def errors(conc: list[float], ref: list[float]) -> dict[str, float]:
+def errors(conc: list[float], ref: list[float]) -> dict[str, float | None]:
     pairs = [(c, r) for c, r in zip(conc, ref, strict=True) if r > 0]
+    if not pairs:
+        return dict.fromkeys(("raw_median", "share_median", "share_max",
+                              "batch_to_alone_ratio"))
     conc, ref = [c for c, _ in pairs], [r for _, r in pairs]
     raw = [abs(c - r) / r for c, r in zip(conc, ref, strict=True)]
     scale = sum(conc) / sum(ref)
@@ -240,39 +244,56 @@ async def measure(gw: RunningGateway, ledger: Ledger, nvml: NvmlReader) -> dict[
         ledger.prefill_weight = w  # used only without a curve
         second_figs = await alone(client, gw, bodies)
         second = [f["net_j"] for f in second_figs]
-        ref = [(a + b) / 2 for a, b in zip(first, second, strict=True)]
         gross = [(a["gross_j"] + b["gross_j"]) / 2
                  for a, b in zip(first_figs, second_figs, strict=True)]
         estimates = [f.get("standalone_j") for f in first_figs]
         runs = [await concurrent(client, gw, ledger, nvml, bodies) for _ in range(3)]
         sent_vs_final = await response_vs_final(client, gw)
+    raw = {"alone_net_joules_first": first, "alone_net_joules_second": second,
+           "alone_gross_joules": gross, "standalone_estimate_j": estimates,
+           "concurrent_runs": runs, "response_vs_final": sent_vs_final,
+           "idle_power_w": ledger.idle_power_w, "prefill_weight_fitted": w,
+           "alone_net_j_per_decode_token": j_per_decode}
+    try:  # a summary that fails (a figure of 0 somewhere) still leaves the raw data
+        return {**raw, **summary(first, second, gross, estimates, runs, w)}
+    except (ArithmeticError, ValueError, statistics.StatisticsError) as exc:
+        return {**raw, "summary_error": repr(exc)}
+
+
+def summary(first: list[float], second: list[float], gross: list[float],
+            estimates: list[float | None], runs: list[dict[str, Any]], w: float
+            ) -> dict[str, Any]:
+    """The alone and concurrent figures' errors; relative ones only over
+    nonzero references (a 1-token request's final can be 0 J both times)."""
+    ref = [(a + b) / 2 for a, b in zip(first, second, strict=True)]
     per_run = [errors(r["nets"], ref) for r in runs]
     standalone: dict[str, Any] = {"standalone_estimate_median_abs_error": None}
     if all(e is not None for e in estimates):
-        est_err = [abs(e - g) / g for e, g in zip(estimates, gross, strict=True)]
+        est_err = [abs(float(e or 0.0) - g) / g
+                   for e, g in zip(estimates, gross, strict=True) if g > 0]
         standalone = {"standalone_estimate_median_abs_error": statistics.median(est_err),
-                      "standalone_estimate_max_abs_error": max(est_err),
-                      "standalone_estimate_j": estimates, "alone_gross_joules": gross}
+                      "standalone_estimate_max_abs_error": max(est_err)}
+    repeat = [abs(a - b) / ((a + b) / 2) for a, b in zip(first, second, strict=True) if a + b > 0]
     return {
         **standalone,
-        "response_vs_final": sent_vs_final,
         "attribution": "curve marginal token costs" if estimates[0] is not None
         else f"token counts, prefill weight {w:.4f}",
-        "idle_power_w": ledger.idle_power_w,
-        "prefill_weight_fitted": w,
-        "alone_net_j_per_decode_token": j_per_decode,
         "alone_net_joules": ref,
-        "alone_repeat_median_abs_diff": statistics.median(
-            abs(a - b) / ((a + b) / 2) for a, b in zip(first, second, strict=True)),
-        "concurrent_runs": runs,
+        "alone_repeat_median_abs_diff": statistics.median(repeat) if repeat else None,
         "conservation_error": max(r["conservation_error"] for r in runs),
-        "per_request_median_abs_error": statistics.median(e["raw_median"] for e in per_run),
-        "per_request_share_median_abs_error": statistics.median(
-            e["share_median"] for e in per_run),
-        "per_request_share_max_abs_error": max(e["share_max"] for e in per_run),
-        "batch_to_alone_energy_ratio": statistics.median(
-            e["batch_to_alone_ratio"] for e in per_run),
+        "per_request_median_abs_error": _over_runs(statistics.median, per_run, "raw_median"),
+        "per_request_share_median_abs_error": _over_runs(statistics.median, per_run,
+                                                         "share_median"),
+        "per_request_share_max_abs_error": _over_runs(max, per_run, "share_max"),
+        "batch_to_alone_energy_ratio": _over_runs(statistics.median, per_run,
+                                                  "batch_to_alone_ratio"),
     }
+
+
+def _over_runs(f: Callable[[list[float]], float], runs: list[dict[str, float | None]],
+               key: str) -> float | None:
+    values = [v for r in runs if (v := r[key]) is not None]
+    return f(values) if values else None
 
 
 def main() -> None:
@@ -319,9 +340,9 @@ def main() -> None:
         **cost, **result,
     }
     write_json(args.out / "gpu-telemetry.json", data)
-    print({k: data[k] for k in ("device", "conservation_error", "per_request_median_abs_error",
-                                "per_request_share_median_abs_error",
-                                "standalone_estimate_median_abs_error", "sampler_cpu_percent")})
+    print({k: data.get(k) for k in ("device", "conservation_error", "per_request_median_abs_error",
+                                    "per_request_share_median_abs_error",
+                                    "standalone_estimate_median_abs_error", "sampler_cpu_percent")})
 
 
 if __name__ == "__main__":
