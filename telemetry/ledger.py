@@ -72,6 +72,7 @@ class Totals:
     power_w: float | None
     resets: int
     open_windows: int
+    read_age_s: float | None = None  # since the counter's last reading (None: never read)
 
 
 class Ledger:
@@ -116,6 +117,7 @@ class Ledger:
         self._done: dict[str, Window] = {}  # insertion order = order finalized
         self._pending: list[tuple[float, float, float]] = []  # (a, b, energy_j)
         self._last_counter: float | None = None
+        self._read_at: float | None = None  # clock time of the last reading
         self._last_change_t: float | None = None
         self._last_close_t = float("-inf")
         self._power_w: float | None = None
@@ -141,6 +143,7 @@ class Ledger:
         a change closes a span."""
         now = t if now is None else now
         with self._lock:
+            self._read_at = now
             if power_w is not None:
                 self._power_w = power_w
             if self._last_counter is None or self._last_change_t is None:
@@ -241,6 +244,7 @@ class Ledger:
                 self.measured_j, self.attributed_j, self.idle_j, self.unattributed_j,
                 self._idle_w, self._power_w, self.resets,
                 self._open_count,
+                None if self._read_at is None else max(0.0, self.clock() - self._read_at),
             )
 
     @property

@@ -77,9 +77,15 @@ class _DeviceCollector(Collector):
         idle_power = GaugeMetricFamily(
             "joulegate_device_idle_power_watts", "Idle baseline power of the device",
             labels=["device", "host", "source"])
+        read_age = GaugeMetricFamily(
+            "joulegate_counter_read_age_seconds",
+            "Seconds since the device's energy counter was last read (a failing counter's grow)",
+            labels=["device", "host", "source"])
         for d in self._devices():
             t = d.totals()
             labels = [d.device, d.host, d.source]
+            if t.read_age_s is not None:
+                read_age.add_metric(labels, t.read_age_s)
             energy.add_metric(labels, t.measured_j)
             idle.add_metric(labels, t.idle_j)
             tail.add_metric(labels, t.unattributed_j)
@@ -88,7 +94,7 @@ class _DeviceCollector(Collector):
                 power.add_metric(labels, t.power_w)
             if t.idle_power_w is not None:
                 idle_power.add_metric(labels, t.idle_power_w)
-        yield from (energy, idle, tail, attributed, power, idle_power)
+        yield from (energy, idle, tail, attributed, power, idle_power, read_age)
 
 
 class _Children:

@@ -541,3 +541,14 @@ def test_a_request_that_began_in_the_last_span_takes_its_curve_for_the_stretch_a
     assert final.net_j == pytest.approx((decode_w - IDLE_W) * 0.09, rel=0.05)
     assert first.net_j == pytest.approx(final.net_j, rel=0.1), (first, final)
     check_invariant(ledger)
+
+
+def test_totals_say_how_long_ago_the_counter_was_read() -> None:
+    now = [10.0]
+    ledger = Ledger("nvml", idle_power_w=100.0, clock=lambda: now[0])
+    assert ledger.totals().read_age_s is None  # never read
+    ledger.ingest(10.0, 5.0, now=10.0)
+    now[0] = 12.5
+    assert ledger.totals().read_age_s == 2.5
+    ledger.ingest(12.5, 5.0, now=12.5)  # unchanged, but read
+    assert ledger.totals().read_age_s == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -13,7 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from app.http.health import COUNTER_STALE_S
 from app.tools.embedded import RunningGateway, run_gateway
+from telemetry.devices import DeviceSpec, MeteredDevice
+from telemetry.ledger import Ledger
 from tests.app.fake_workers import (
     LARGE,
     SMALL,
@@ -23,6 +27,7 @@ from tests.app.fake_workers import (
     recording,
     sse_answer,
 )
+from tests.telemetry.fakes import SteppingCounter
 
 MSG = [{"role": "user", "content": "hello there"}]
 
@@ -700,3 +705,50 @@ def test_requests_waiting_on_a_hung_worker_go_elsewhere(fakes: FakeWorkers) -> N
                 assert r.status_code == 200 and r.headers["x-joulegate-tier"] == "large", \
                     r.text
             assert time.monotonic() - started < 5  # two probes, not 60 s
+
+
+def test_a_failing_energy_counter_loses_no_request_and_says_so(fakes: FakeWorkers) -> None:
+    """The GPU counter stops answering: requests are still answered, each
+    with an energy figure (provisional: no counter step settles it), and
+    /readyz and /metrics say the counter is stale; once it reads again, the
+    state is ready and figures become final."""
+    counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1)
+    counter._t = counter._next_step = time.monotonic()
+
+    def gpu(spec: DeviceSpec) -> MeteredDevice:
+        return MeteredDevice(spec, counter, Ledger("nvml", idle_power_w=100.0))
+
+    seams = dataclasses.replace(fakes.seams(), device_factory=gpu)
+    with run_gateway(fake_catalog(), seams, health_interval_seconds=60) as g:
+        ready = httpx.get(g.url + "/readyz").json()
+        assert ready["energy"] == {"cpu": "ok"} and ready["state"] == "ready"
+        counter.fail = True
+        time.sleep(COUNTER_STALE_S + 0.5)
+        r = chat(g, {"model": "small", "messages": MSG})
+        assert r.status_code == 200
+        usage = r.json()["usage"]
+        assert usage["energy_source"] == "nvml" and usage["energy_final"] is False
+        ready = httpx.get(g.url + "/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["energy"] == {"cpu": "stale"}
+        assert ready.json()["state"] == "degraded"
+        age = _metric(httpx.get(g.url + "/metrics").text,
+                      "joulegate_counter_read_age_seconds")
+        assert age > COUNTER_STALE_S
+        counter.fail = False
+        deadline = time.monotonic() + 5
+        while httpx.get(g.url + "/readyz").json()["state"] != "ready":
+            assert time.monotonic() < deadline, "the counter's recovery was not seen"
+            time.sleep(0.1)
+        r = chat(g, {"model": "small", "messages": MSG})
+        fig = httpx.get(g.v1 + "/energy/" + r.headers["x-joulegate-energy-id"]).json()
+        deadline = time.monotonic() + 5
+        while not fig["final"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            fig = httpx.get(g.v1 + "/energy/" + r.headers["x-joulegate-energy-id"]).json()
+        assert fig["final"] and fig["net_j"] > 0
+
+
+def _metric(text: str, name: str) -> float:
+    line = next(x for x in text.splitlines() if x.startswith(name + "{"))
+    return float(line.rsplit(" ", 1)[1])
