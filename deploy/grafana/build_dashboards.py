@@ -104,6 +104,11 @@ def energy() -> dict[str, Any]:
             (f'sum by (tier, backend) (increase(joulegate_thinking_budget_requests_total{{{T},{B}}}[$__range]))', "thinking budget {{backend}}"),
             (f'sum by (tier, backend, reason) (increase(joulegate_generation_stops_total{{{T},{B}}}[$__range]))', "stopped: {{reason}} {{backend}}"),
         ], "short"),
+        panel("Seconds since each energy counter was read", [
+            (f'joulegate_counter_read_age_seconds{{{D}}}', "{{device}} ({{source}})"),
+        ], "s", description="Read every 0.1 s or faster; a failing counter's grows, and "
+                            "past 5 s /readyz says energy stale (requests are still answered, "
+                            "their figures provisional until it reads again)"),
         panel("Energy source in use", [
             (f'count by (device, source) (joulegate_device_energy_joules_total{{{D}}})', "{{device}}: {{source}}"),
         ], "short", "stat"),
