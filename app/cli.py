@@ -329,17 +329,14 @@ def _start_agent(devices: list[Device], sample_hz: float, host: str = "127.0.0.1
     """Meter `devices` (a sampler each) and serve their ledgers at host:port
     (or on the Unix socket `socket_path`), to callers with `token`."""
 
-    from app.factory import FIRST_READING_S, device_spec
+    from app.factory import device_spec
     from telemetry.agent import start_agent
     from telemetry.devices import metered_device, start_samplers, wait_for_readings
     from telemetry.metrics import Metrics
 
     metered = {d.name: metered_device(device_spec(d), d.prefill_weight) for d in devices}
     samplers = start_samplers(metered.values(), sample_hz, quiet_hz)
-    for name in wait_for_readings(samplers, FIRST_READING_S):  # see app/factory.py
-        logging.getLogger("joulegate").warning(
-            "energy counter %s has not been read in %.0f s: windows closed before "
-            "its first reading get 0 J", name, FIRST_READING_S)
+    wait_for_readings(samplers)  # windows closed before a first reading would keep 0 J
     server, _ = start_agent(host, port, metered, Metrics(), _new_loop(),
                             socket_path, token)
     return server, samplers, metered

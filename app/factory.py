@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("joulegate")
 GC_THRESHOLDS = (50_000, 20, 100)  # the collector's generations (Python's: 700, 10, 10)
-FIRST_READING_S = 5.0  # the longest start-up waits for each energy counter's first reading
 
 def device_spec(d: Device) -> DeviceSpec:
     return DeviceSpec(d.name, d.host, d.source, d.index, d.idle_power_w,
@@ -205,10 +204,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None,
                                 metrics.backend_up)
         # serve once each counter has been read: a request answered before its
         # device's first reading would keep 0 J
-        missing = await asyncio.to_thread(wait_for_readings, samplers, FIRST_READING_S)
-        for name in missing:
-            log.warning("energy counter %s has not been read in %.0f s: requests answered "
-                        "before its first reading get 0 J", name, FIRST_READING_S)
+        await asyncio.to_thread(wait_for_readings, samplers)
         await checker.check_once()
         checker.start()
         for b in catalog.backends:

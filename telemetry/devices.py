@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from telemetry.estimate import EstimateReader
@@ -13,6 +14,9 @@ from telemetry.nvml import NvmlReader
 from telemetry.rapl import RaplReader
 from telemetry.reader import EnergyReader, ReaderError
 from telemetry.sampler import Sampler
+
+log = logging.getLogger("joulegate")
+FIRST_READING_S = 5.0  # the longest start-up waits for each energy counter's first reading
 
 
 @dataclass(frozen=True)
@@ -62,19 +66,24 @@ def start_samplers(devices: Iterable[MeteredDevice], hz: float,
     return samplers
 
 
-def wait_for_readings(samplers: Iterable[Sampler], timeout_s: float, poll_s: float = 0.005,
-                      sleep: Callable[[float], None] = time.sleep) -> list[str]:
+def wait_for_readings(samplers: Iterable[Sampler], timeout_s: float = FIRST_READING_S,
+                      poll_s: float = 0.005) -> list[str]:
     """Wait, up to `timeout_s`, until each sampler's ledger holds a reading of
     its counter: a request answered before its device's first reading
     overlaps no span of the counter and would keep 0 J. The readers still
-    without one (a failing counter: requests get its figures once it reads)."""
+    without one, each logged (a failing counter: requests get its figures
+    once it reads)."""
     samplers = list(samplers)
     deadline = time.monotonic() + timeout_s
     while True:
         missing = [s.reader.name for s in samplers if s.ledger.last_counter_j is None]
         if not missing or time.monotonic() >= deadline:
-            return missing
-        sleep(poll_s)
+            break
+        time.sleep(poll_s)
+    for name in missing:
+        log.warning("energy counter %s has not been read in %.1f s: requests answered "
+                    "before its first reading get 0 J", name, timeout_s)
+    return missing
 
 
 def metered_device(spec: DeviceSpec, prefill_weight: float) -> MeteredDevice:

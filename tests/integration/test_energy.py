@@ -62,27 +62,15 @@ def test_every_request_gets_energy_and_totals_add_up(workers: Workers) -> None:
         assert t.attributed_j + t.idle_j + t.unattributed_j == pytest.approx(t.measured_j)
 
 
-class _WakingCounter(SteppingCounter):
-    """The fake GPU counter, whose first read takes 4 s (a driver
-    waking up)."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda t: 250.0, time.monotonic, step_s=0.1, read_s=0.003)
-        self._t = self._next_step = time.monotonic()
-        self.first_s = 4.0
-
-    def read(self):  # type: ignore[no-untyped-def]
-        if self.first_s:
-            time.sleep(self.first_s)
-            self.first_s = 0.0
-        return super().read()
-
-
 def test_the_first_request_after_start_gets_energy(workers: Workers) -> None:
     """The gateway serves once its counter has been read: a request answered
     before the first reading would overlap no span and keep 0 J for good."""
     def waking_gpu(spec: DeviceSpec) -> MeteredDevice:
-        return MeteredDevice(spec, _WakingCounter(), Ledger("nvml", idle_power_w=100.0))
+        # its first read takes 4 s (a driver waking up)
+        counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1, read_s=0.003,
+                                  first_read_s=4.0)
+        counter._t = counter._next_step = time.monotonic()
+        return MeteredDevice(spec, counter, Ledger("nvml", idle_power_w=100.0))
 
     seams = Seams(device_factory=waking_gpu)
     with run_gateway(catalog_for([workers.small], [workers.large]), seams) as gw:

@@ -17,12 +17,14 @@ class SteppingCounter:
     name = "fake-gpu"
 
     def __init__(self, power_w: Callable[[float], float], clock: Callable[[], float],
-                 step_s: float = 0.1, dt_s: float = 0.001, read_s: float = 0.0) -> None:
+                 step_s: float = 0.1, dt_s: float = 0.001, read_s: float = 0.0,
+                 first_read_s: float = 0.0) -> None:
         self._power_w = power_w
         self._clock = clock
         self._step_s = step_s
         self._dt_s = dt_s
         self._read_s = read_s  # each read takes this long (NVML's take ~4 ms), 0: instant
+        self._first_read_s = first_read_s  # the first read's extra time (a driver waking up)
         self._t = 0.0
         self._energy_j = 0.0
         self._published_j = 0.0
@@ -45,6 +47,9 @@ class SteppingCounter:
     def read(self) -> Reading:
         if self.fail:
             raise ReaderError("fake failure")
+        if self._first_read_s:
+            time.sleep(self._first_read_s)
+            self._first_read_s = 0.0
         if self._read_s:
             time.sleep(self._read_s)
         now = self._clock()

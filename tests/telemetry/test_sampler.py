@@ -140,24 +140,16 @@ def test_a_dear_counter_is_read_on_its_beat() -> None:
     assert statistics.median(errors) < 0.006
 
 
-class _SlowFirstRead(SteppingCounter):
-    """A counter whose first read takes `first_s` (a driver waking up)."""
-
-    def __init__(self, first_s: float) -> None:
-        super().__init__(lambda t: 150.0, time.monotonic, step_s=0.02)
-        self._t = self._next_step = time.monotonic()
-        self.first_s = first_s
-
-    def read(self):  # type: ignore[no-untyped-def]
-        if self.first_s:
-            time.sleep(self.first_s)
-            self.first_s = 0.0
-        return super().read()
+def _stepping_now(first_read_s: float = 0.0) -> SteppingCounter:
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02,
+                              first_read_s=first_read_s)
+    counter._t = counter._next_step = time.monotonic()
+    return counter
 
 
 def test_waits_for_each_counters_first_reading_and_names_those_without() -> None:
-    slow = Sampler(_SlowFirstRead(0.3), Ledger("nvml"), hz=50)
-    broken_counter = _SlowFirstRead(0.0)
+    slow = Sampler(_stepping_now(0.3), Ledger("nvml"), hz=50)
+    broken_counter = _stepping_now()
     broken_counter.fail = True
     broken = Sampler(broken_counter, Ledger("nvml"), hz=50)
     for s in (slow, broken):

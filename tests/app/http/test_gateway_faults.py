@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.http.health import COUNTER_STALE_S
 from app.tools.embedded import RunningGateway, run_gateway
@@ -27,6 +28,7 @@ from tests.app.fake_workers import (
     recording,
     sse_answer,
 )
+from tests.integration.conftest import final_energy
 from tests.telemetry.fakes import SteppingCounter
 
 MSG = [{"role": "user", "content": "hello there"}]
@@ -741,14 +743,10 @@ def test_a_failing_energy_counter_loses_no_request_and_says_so(fakes: FakeWorker
             assert time.monotonic() < deadline, "the counter's recovery was not seen"
             time.sleep(0.1)
         r = chat(g, {"model": "small", "messages": MSG})
-        fig = httpx.get(g.v1 + "/energy/" + r.headers["x-joulegate-energy-id"]).json()
-        deadline = time.monotonic() + 5
-        while not fig["final"] and time.monotonic() < deadline:
-            time.sleep(0.1)
-            fig = httpx.get(g.v1 + "/energy/" + r.headers["x-joulegate-energy-id"]).json()
+        fig = final_energy(g.v1, r.headers["x-joulegate-energy-id"], timeout_s=5)
         assert fig["final"] and fig["net_j"] > 0
 
 
 def _metric(text: str, name: str) -> float:
-    line = next(x for x in text.splitlines() if x.startswith(name + "{"))
-    return float(line.rsplit(" ", 1)[1])
+    family = next(f for f in text_string_to_metric_families(text) if f.name == name)
+    return float(family.samples[0].value)
