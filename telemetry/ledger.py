@@ -38,6 +38,16 @@ Final figures are kept for lookups (GET /v1/energy/{id}) for `keep_results_s`
 (10 minutes), at most the last `keep_results` (20,000), without their
 timelines: memory stays flat however many requests pass.
 
+A counter that cannot be read (failing or hanging reads: no reading for
+`max_gap_s`, 30 s) can settle nothing: the stretch since its last change will
+come back, if it does, as one span over the whole gap, which says nothing of
+how its energy was spread. So the windows overlapping that stretch are given
+up: their figures stay provisional (never final) and closed ones leave the
+live set at once (checked as requests close, at most once a second), so
+memory stays flat through an outage too; and the span that ends a gap is
+booked as unattributed, not split among the few requests of its last
+moments.
+
 Cost: settling runs on the sampler thread only, and each counter step costs
 O(windows live): requests running plus those closed within the last lag. A
 request's `close` is O(its points) and never attributes anything.
@@ -60,6 +70,7 @@ from telemetry.window import Window, WindowNames, covered_s, span_tokens
 
 BACKGROUND_AFTER_S = 0.5  # a span this long after the last close shows background load
 BACKGROUND_HALF_LIFE_S = 30.0
+GIVE_UP_EVERY_S = 1.0  # at most this often, windows of an unread counter are given up
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ class Ledger:
         keep_results: int = 20_000,
         settle_lag_s: float = 1.0,
         blind_lag_s: float = 30.0,
+        max_gap_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         on_final: Callable[[list[str]], None] | None = None,
     ) -> None:
@@ -104,6 +116,7 @@ class Ledger:
         self._keep_n = keep_results  # finished figures kept for lookups: at most
         self._lag_s = settle_lag_s
         self._blind_lag_s = blind_lag_s
+        self._max_gap_s = max_gap_s
         self.clock = clock
         # Called with the windows a counter step made final (their figures are
         # built only when asked for: `result`), on
@@ -118,6 +131,8 @@ class Ledger:
         self._pending: list[tuple[float, float, float]] = []  # (a, b, energy_j)
         self._last_counter: float | None = None
         self._read_at: float | None = None  # clock time of the last reading
+        self._started_at = clock()
+        self._gave_up_at = float("-inf")  # when windows were last given up (unread counter)
         self._last_change_t: float | None = None
         self._last_close_t = float("-inf")
         self._power_w: float | None = None
@@ -143,6 +158,7 @@ class Ledger:
         a change closes a span."""
         now = t if now is None else now
         with self._lock:
+            unread_s = now - (self._started_at if self._read_at is None else self._read_at)
             self._read_at = now
             if power_w is not None:
                 self._power_w = power_w
@@ -156,13 +172,20 @@ class Ledger:
                 return
             if delta == 0 or t <= self._last_change_t:
                 return
-            self._pending.append((self._last_change_t, t, delta))
-            self._last_span = (self._last_change_t, t, delta)
-            self._note_work(self._last_change_t, t, now)
             self.measured_j += delta
+            finals = []
+            if unread_s > self._max_gap_s:  # a span across a gap in the readings
+                finals = self._settle(now) + self._give_up()
+                idle = min(delta, (self._idle_w or 0.0) * (t - self._last_change_t))
+                self.idle_j += idle
+                self.unattributed_j += delta - idle
+            else:
+                self._pending.append((self._last_change_t, t, delta))
+                self._last_span = (self._last_change_t, t, delta)
+                self._note_work(self._last_change_t, t, now)
             self._last_counter, self._last_change_t = counter_j, t
             self._expire(now)
-            finals = self._settle(now)
+            finals += self._settle(now)
         if self.on_final is not None and finals:
             self.on_final(finals)
 
@@ -209,7 +232,11 @@ class Ledger:
             win.prompt.clear()
             win.decode.clear()
             win.add_points(sorted(points), now)
-            return self._figure(win, provisional=True)
+            figure = self._figure(win, provisional=True)
+            finals = self._give_up_if_unread(now)
+        if self.on_final is not None and finals:
+            self.on_final(finals)
+        return figure
 
     def abandon(self, wid: str) -> None:
         """Drop a window that never reached a worker; it did no work."""
@@ -236,7 +263,12 @@ class Ledger:
         """Whether the window is known and its figure not final yet."""
         with self._lock:
             win = self._live.get(wid)
-            return win is not None and not win.final
+            return win is not None and not win.final and not win.lost
+
+    @property
+    def live_windows(self) -> int:
+        """Windows held for attribution: running, or closed and not final yet."""
+        return len(self._live)
 
     def totals(self) -> Totals:
         with self._lock:
@@ -274,9 +306,9 @@ class Ledger:
 
     # -- attribution ----------------------------------------------------
     def _settle(self, now: float) -> list[str]:
-        """Settle pending spans in order; returns the windows that became final."""
+        """Settle pending spans in order; returns the windows whose figures
+        will not change now (final, or lost)."""
         finals: list[str] = []
-        live, done = self._live, self._done
         while self._pending:
             a, b, energy = self._pending[0]
             wins = self._overlapping(a, b)
@@ -289,11 +321,18 @@ class Ledger:
             self._pending.pop(0)
             self._attribute(a, b, energy, wins)
             for w in wins:
-                if w.final:
-                    w.compact()
-                    done[w.wid] = live.pop(w.wid)
+                if w.closed_at is not None and w.settled_until >= w.closed_at:
+                    self._retire(w)  # final, or lost: its figure will not change
                     finals.append(w.wid)
         return finals
+
+    def _retire(self, w: Window) -> None:
+        """A window whose figure will not change leaves the live set (kept for
+        lookups without its timeline; a lost one's provisional figure kept)."""
+        if w.lost:
+            w.figure = self._figure(w, provisional=True)
+        w.compact()
+        self._done[w.wid] = self._live.pop(w.wid)
 
     def _attribute(self, a: float, b: float, energy: float, wins: list[Window]) -> None:
         """Split one span among the windows overlapping it, and book it."""
@@ -398,6 +437,8 @@ class Ledger:
             self._idle_w = self._quiet_j / self._quiet_s_sum
 
     def _figure(self, win: Window, provisional: bool) -> EnergyFigure:
+        if win.figure is not None:
+            return win.figure
         net, gross = win.net_j, win.net_j + win.idle_share_j
         if provisional and win.closed_at is not None:
             extra, idle_extra = self._estimate_unsettled(win)
@@ -475,6 +516,27 @@ class Ledger:
         if mine <= 0:
             return even
         return min(1.0, mine / max(mine, rate * stretch_s))
+
+    def _give_up_if_unread(self, now: float) -> list[str]:
+        """No reading for `max_gap_s`: settle what can be, give up the rest
+        (at most once a second; O(live windows)). Returns the windows whose
+        figures will not change."""
+        last = self._started_at if self._read_at is None else self._read_at
+        if now - last <= self._max_gap_s or now - self._gave_up_at < GIVE_UP_EVERY_S:
+            return []
+        self._gave_up_at = now
+        return self._settle(now) + self._give_up()
+
+    def _give_up(self) -> list[str]:
+        """The live windows (pending spans settled: they all overlap the
+        stretch no reading covers) are never final; closed ones are retired."""
+        retired = []
+        for w in list(self._live.values()):
+            w.lost = True
+            if w.closed_at is not None:
+                self._retire(w)
+                retired.append(w.wid)
+        return retired
 
     def _expire(self, now: float) -> None:
         for w in list(self._live.values()):

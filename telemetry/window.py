@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from telemetry.rates import TOKEN_COUNTS, TokenRates
-from telemetry.timeline import Point
+from telemetry.timeline import EnergyFigure, Point
 
 
 @dataclass(slots=True)
@@ -35,6 +35,8 @@ class Window:
     # Set at its close: the last time another request ran beside it (inf: one
     # still did). Alone after this, the energy of its unsettled stretch is its own.
     others_until: float = float("inf")
+    lost: bool = False  # overlapped a stretch the counter never covered: never final
+    figure: EnergyFigure | None = None  # a lost one's, kept when its timeline is dropped
 
     def add_points(self, points: list[Point], until: float) -> None:
         """Append (offset, prompt, decode) points, as absolute times up to `until`."""
@@ -98,7 +100,7 @@ class Window:
 
     @property
     def final(self) -> bool:
-        return self.closed_at is not None and self.settled_until >= self.closed_at
+        return not self.lost and self.closed_at is not None and self.settled_until >= self.closed_at
 
 
 class WindowNames:

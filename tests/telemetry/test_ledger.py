@@ -552,3 +552,46 @@ def test_totals_say_how_long_ago_the_counter_was_read() -> None:
     assert ledger.totals().read_age_s == 2.5
     ledger.ingest(12.5, 5.0, now=12.5)  # unchanged, but read
     assert ledger.totals().read_age_s == 0.0
+
+
+def test_an_unread_counter_gives_its_windows_up_and_memory_stays_flat() -> None:
+    # 60 s with no reading (a failing or hung counter) while 50 requests a
+    # second pass: the windows that no reading will settle are given up
+    # (provisional for good, not waited for) and leave the live set, instead
+    # of piling up until the counter comes back; the span that ends the gap
+    # goes to the idle and unattributed accounts, and windows after it are
+    # final again.
+    ledger, counter, clock = make(lambda t: IDLE_W + 80.0)
+    given: list[str] = []
+    ledger.on_final = given.extend
+    drive(ledger, counter, clock, 1.0)
+    before = ledger.totals()
+    closed: list[tuple[str, EnergyFigure | None]] = []
+    most_live = 0
+    while clock.t < 61.0:
+        wid = ledger.open()
+        clock.t = round(clock.t + 0.02, 9)
+        closed.append((wid, ledger.close(wid, [(0.0, 10, 0), (0.02, 10, 4)])))
+        most_live = max(most_live, ledger.live_windows)
+    assert ledger.live_windows <= 60  # the last second's, not the whole minute's
+    assert most_live <= 31 * 50 + 60  # held while a gap might still be a slow step
+    late = closed[-1000:-60]  # closed in the gap, more than a second ago
+    assert {w for w, _ in late} <= set(given)  # not waited for: handed back
+    assert all(not ledger.waiting(w) for w, _ in late)
+    for wid, at_close in late:
+        figure = ledger.result(wid)
+        assert figure is not None and at_close is not None and not figure.final
+        assert figure.net_j == pytest.approx(at_close.net_j)
+    drive(ledger, counter, clock, 63.0)  # the counter answers again
+    after = ledger.totals()
+    # no request took any of it (80 W over idle from 1 s to 63 s): the tail's
+    assert after.unattributed_j - before.unattributed_j == pytest.approx(80.0 * 62, rel=0.01)
+    assert after.attributed_j == pytest.approx(before.attributed_j)
+    assert all(not (f := ledger.result(w)) or not f.final for w, _ in closed)
+    wid = ledger.open()
+    drive(ledger, counter, clock, 63.5)
+    ledger.close(wid, [(0.0, 10, 0), (0.5, 10, 50)])
+    drive(ledger, counter, clock, 65.0)
+    figure = ledger.result(wid)
+    assert figure is not None and figure.final and figure.net_j > 0
+    check_invariant(ledger)
