@@ -65,6 +65,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "the same again: p99 1.99 vs 1.97 ms, no change; not kept", ""),
     "ab-switch-c50.json": (AB + " --rounds 4 --seconds 8 --connections 50",
                            "the same at c=50: 2,566 vs 2,574 req/s, no change", ""),
+    "ab-settle-on-loop-c1.json": (AB + " --rounds 4 --seconds 8 --connections 1",
+                                  "each reading handed to the event loop to settle there: "
+                                  "c=1 p99 3.23 -> 3.42 ms, CPU 0.83 -> 0.92 ms; not kept", ""),
     "ab-mypyc-auto-c50.json": (AB + " --rounds 3 --seconds 6 --connections 50 --model auto, "
                                "run from a worktree with the pure modules compiled by mypyc",
                                "mypyc-compiled router, meter, ledger and SSE modules: router "
