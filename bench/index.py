@@ -444,11 +444,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
     "gpu-telemetry-h100.json": ("PHASES=telemetry bash bench/run_h200.sh (device tool, an "
-                                "H100, 029c6bc)",
+                                "H100, 9d7893d)",
                                 "per-request energy on an H100 with the meter on the counter's "
-                                "beat: conservation 2e-15, a response's figure 1.6% / 4.8% "
-                                "from its final one (median, alone / ten at once; 1.3% / 9.6% "
-                                "at c4bb70c); each request's counter changes (nvml)", ""),
+                                "beat: conservation 0.0, a response's figure 1.4% / 5.0% "
+                                "from its final one (median, alone / ten at once; 1.6% / 4.8% "
+                                "at 029c6bc, 1.3% / 9.6% at c4bb70c); each request's counter "
+                                "changes (nvml)", ""),
     "hostile.json": ("python -m bench.hostile",
                      "slowloris, agent spoofing and a 5,000-body mutation fuzz against a keyed "
                      "gateway with real workers and agent", ""),
