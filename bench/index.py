@@ -196,6 +196,17 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                      "gateways side by side on the GPU host's pinned cores, "
                                      "with the bare pass-through: 3 rounds in turns", ""),
     "gateways-h100-host-run9.png": ("same", "run 9 as a picture", ""),
+    "gateways-h100-host-run10.json": ("bash bench/run_gateways_device.sh "
+                                      "(device tool; an H100 host, 9d7893d)",
+                                      "gateways side by side on the GPU host's pinned cores, "
+                                      "with the bare pass-through: 3 rounds in turns; forced "
+                                      "c=1 p99 3.17x, c=50 0.64x", ""),
+    "gateways-h100-host-run10.png": ("same", "run 10 as a picture", ""),
+    "tail-parts-h100-host.json": ("python -m bench.tail_parts (device tool, an H100 host; run "
+                                  "by the script the tool was made from)",
+                                  "the c=1 tail part by part, pinned, 3 rounds in turns: p99 "
+                                  "2.22x the pass-through's as is, 1.58x without the records, "
+                                  "0.97x without them and the sampler thread", ""),
     "cprofile-small-c50.json": ("python -m bench.cprofile_gateway --model small",
                                 "a forced request's time in the loaded event loop by stage "
                                 "and function (cProfile, shares)", ""),
