@@ -84,6 +84,7 @@ class Totals:
     resets: int
     open_windows: int
     read_age_s: float | None = None  # since the counter's last reading (None: never read)
+    given_up: int = 0  # windows no reading could settle (an unread counter): never final
 
 
 class Ledger:
@@ -149,6 +150,7 @@ class Ledger:
         self.idle_j = 0.0
         self.unattributed_j = 0.0
         self.resets = 0
+        self.given_up = 0
 
     # -- sampler side ---------------------------------------------------
     def ingest(self, t: float, counter_j: float, power_w: float | None = None,
@@ -277,6 +279,7 @@ class Ledger:
                 self._idle_w, self._power_w, self.resets,
                 self._open_count,
                 None if self._read_at is None else max(0.0, self.clock() - self._read_at),
+                self.given_up,
             )
 
     @property
@@ -532,6 +535,8 @@ class Ledger:
         stretch no reading covers) are never final; closed ones are retired."""
         retired = []
         for w in list(self._live.values()):
+            if not w.lost:
+                self.given_up += 1
             w.lost = True
             if w.closed_at is not None:
                 self._retire(w)

@@ -81,9 +81,15 @@ class _DeviceCollector(Collector):
             "joulegate_counter_read_age_seconds",
             "Seconds since the device's energy counter was last read (a failing counter's grow)",
             labels=["device", "host", "source"])
+        given_up = CounterMetricFamily(
+            "joulegate_windows_given_up",
+            "Requests whose energy figure stays provisional: the counter was not read for "
+            "30 s while they ran or waited for it",
+            labels=["device", "host", "source"])
         for d in self._devices():
             t = d.totals()
             labels = [d.device, d.host, d.source]
+            given_up.add_metric(labels, t.given_up)
             if t.read_age_s is not None:
                 read_age.add_metric(labels, t.read_age_s)
             energy.add_metric(labels, t.measured_j)
@@ -94,7 +100,7 @@ class _DeviceCollector(Collector):
                 power.add_metric(labels, t.power_w)
             if t.idle_power_w is not None:
                 idle_power.add_metric(labels, t.idle_power_w)
-        yield from (energy, idle, tail, attributed, power, idle_power, read_age)
+        yield from (energy, idle, tail, attributed, power, idle_power, read_age, given_up)
 
 
 class _Children:

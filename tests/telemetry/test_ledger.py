@@ -574,6 +574,7 @@ def test_an_unread_counter_gives_its_windows_up_and_memory_stays_flat() -> None:
         closed.append((wid, ledger.close(wid, [(0.0, 10, 0), (0.02, 10, 4)])))
         most_live = max(most_live, ledger.live_windows)
     assert ledger.live_windows <= 60  # the last second's, not the whole minute's
+    assert ledger.totals().given_up >= len(closed) - 60  # counted (a metric)
     assert most_live <= 31 * 50 + 60  # held while a gap might still be a slow step
     late = closed[-1000:-60]  # closed in the gap, more than a second ago
     assert {w for w, _ in late} <= set(given)  # not waited for: handed back

@@ -8,8 +8,10 @@ import math
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-from telemetry.metrics import Metrics, _Batch, _Children
+from telemetry.ledger import Totals
+from telemetry.metrics import DeviceView, Metrics, _Batch, _Children
 from telemetry.timeline import EnergyFigure
 
 # Exact in binary (sums do not depend on their order); 1.0 and 10.0 on bounds.
@@ -73,3 +75,17 @@ def test_a_scrape_sees_every_update_and_the_flusher_writes_them_meanwhile() -> N
     assert asyncio.run(flushed()) == 10
     assert registry.get_sample_value("joulegate_request_energy_joules_sum", {
         "tier": "small", "backend": "small-1b", "source": "estimate"}) == 2.5
+
+
+def test_each_devices_totals_are_exported_with_the_requests_given_up() -> None:
+    totals = Totals(measured_j=10.0, attributed_j=6.0, idle_j=3.0, unattributed_j=1.0,
+                    idle_power_w=70.0, power_w=90.0, resets=0, open_windows=2,
+                    read_age_s=31.0, given_up=7)
+    metrics = Metrics()
+    metrics.watch_devices(lambda: [DeviceView("gpu0", "h", "nvml", lambda: totals)])
+    samples = {s.name: s.value for f in text_string_to_metric_families(metrics.render().decode())
+               for s in f.samples if s.labels.get("device") == "gpu0"}
+    assert samples["joulegate_windows_given_up_total"] == 7
+    assert samples["joulegate_counter_read_age_seconds"] == 31.0
+    assert samples["joulegate_tail_energy_joules_total"] == 1.0
+    assert samples["joulegate_device_energy_joules_total"] == 10.0
