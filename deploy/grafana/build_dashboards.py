@@ -109,6 +109,11 @@ def energy() -> dict[str, Any]:
         ], "s", description="Read every 0.1 s or faster; a failing counter's grows, and "
                             "past 5 s /readyz says energy stale (requests are still answered, "
                             "their figures provisional until it reads again)"),
+        panel("Requests given up: their counter unread for 30 s", [
+            (f'sum by (device) (increase(joulegate_windows_given_up_total{{{D}}}[$__range]))', "{{device}}"),
+        ], "short", "stat", description="Requests whose energy figure stays provisional: "
+                                        "their device's counter could not be read for 30 s "
+                                        "while they ran or waited for their final figure"),
         panel("Energy source in use", [
             (f'count by (device, source) (joulegate_device_energy_joules_total{{{D}}})', "{{device}}: {{source}}"),
         ], "short", "stat"),
