@@ -44,7 +44,8 @@ FIELDS = ("req_per_s", "p50_ms", "p99_ms", "cpu_ms_per_request")
 
 
 def measure_gateway(proc: subprocess.Popen[bytes], port: int, work: Path, seconds: int,
-                    connections: int, body: dict[str, Any]) -> dict[str, Any]:
+                    connections: int, body: dict[str, Any],
+                    wrk_cores: set[int] | None = None) -> dict[str, Any]:
     """wrk's figures for `body` against the gateway `proc` serves on `port`
     (warmed up first), with its CPU per request; `proc` is stopped after. A
     gateway that never gets ready (or a wrk that hangs) gives a run with no
@@ -55,9 +56,9 @@ def measure_gateway(proc: subprocess.Popen[bytes], port: int, work: Path, second
         except (RuntimeError, TimeoutError) as e:
             return {**dict.fromkeys(FIELDS), "non_2xx": 0, "error": str(e)}
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        wrk(url, connections, 2, body, work)  # warm up
+        wrk(url, connections, 2, body, work, cores=wrk_cores)  # warm up
         before = tree_cpu_s(proc.pid)
-        out = wrk(url, connections, seconds, body, work)
+        out = wrk(url, connections, seconds, body, work, cores=wrk_cores)
         # the gateway's own CPU per request: less sensitive than req/s to what
         # else the machine runs at the moment (wrk and nginx share its cores)
         requests = (out["req_per_s"] or 0) * seconds

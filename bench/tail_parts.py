@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -31,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from app.tools.embedded import free_port
-from bench.ab import MESSAGES
-from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx, wrk
+from bench.ab import MESSAGES, measure_gateway, median_of
+from bench.gateways import joulegate, passthrough, start_nginx, stop_nginx
 from bench.gpu_common import project_commit
-from bench.process import tree_cpu_s
-from bench.without import PARTS
-from workers.local import ROOT, wait_healthy
+from bench.without import PARTS, patched_copy
+from workers.local import ROOT
 
 Patch = tuple[str, str, str]  # file, exact text, what replaces it
 GC_OFF: Patch = ("app/cli.py", "    if args.workers <= 1:\n",
@@ -56,44 +54,10 @@ SKIP = shutil.ignore_patterns(".git", ".venv", ".cache", ".whl", ".tools", ".lla
                               "results")
 
 
-def copy_with(dest: Path, patches: list[Patch]) -> Path:
-    """This checkout at `dest`, with `patches` applied (each must match once)."""
-    shutil.copytree(ROOT, dest, ignore=SKIP)
-    for name, old, new in patches:
-        path = dest / name
-        text = path.read_text()
-        if text.count(old) != 1:
-            raise SystemExit(f"{old.strip()!r} is not in {name} once; update bench/tail_parts.py")
-        path.write_text(text.replace(old, new))
-    return dest
-
-
-def measure(start: Callable[[int], subprocess.Popen[bytes]], work: Path, seconds: int,
-            connections: int, wrk_cores: set[int] | None) -> dict[str, Any]:
-    port = free_port()
-    proc = start(port)
-    body = {"model": "small", "messages": MESSAGES}
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}/readyz", 60, proc)
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        wrk(url, connections, 2, body, work, cores=wrk_cores)  # warm up
-        before = tree_cpu_s(proc.pid)
-        out = wrk(url, connections, seconds, body, work, cores=wrk_cores)
-        done = (out["req_per_s"] or 0) * seconds
-        out["cpu_ms_per_request"] = round(1000 * (tree_cpu_s(proc.pid) - before) / done, 4) \
-            if done else None
-        return out
-    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as e:
-        return {"error": str(e)}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     def med(rs: list[dict[str, Any]], field: str) -> float | None:
-        values = [r[field] for r in rs if r.get(field) is not None]
-        return round(statistics.median(values), 4) if values else None
+        value = median_of(rs, field)
+        return None if value is None else round(value, 4)
 
     floor = med(runs[FLOOR], "p99_ms")
     out = {}
@@ -117,7 +81,7 @@ def main() -> None:
     pinned = len(os.sched_getaffinity(0)) >= 8
     cores, nginx_cores, wrk_cores = ({0, 1}, {6}, {7}) if pinned else (None, None, None)
     work = Path(tempfile.mkdtemp(prefix="joulegate-tail-parts-"))
-    roots = {name: copy_with(work / f"v{i}", patches)
+    roots = {name: patched_copy(ROOT, work / f"v{i}", patches, name, SKIP)
              for i, (name, patches) in enumerate(VARIANTS.items())}
     upstream = start_nginx(work, nginx_cores)
     starts: dict[str, Callable[[int], subprocess.Popen[bytes]]] = {
@@ -125,12 +89,14 @@ def main() -> None:
         for name, root in roots.items()}
     starts[FLOOR] = partial(passthrough, upstream=upstream, work=work, cores=cores)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in starts}
+    body = {"model": "small", "messages": MESSAGES}
     try:
         for i in range(args.rounds):
             order = list(starts) if i % 2 == 0 else list(reversed(starts))
             for name in order:
-                runs[name].append(measure(starts[name], work, args.seconds,
-                                          args.connections, wrk_cores))
+                port = free_port()
+                runs[name].append(measure_gateway(starts[name](port), port, work, args.seconds,
+                                                  args.connections, body, wrk_cores))
                 print(i, name, runs[name][-1], flush=True)
     finally:
         stop_nginx(work)

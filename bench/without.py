@@ -110,18 +110,30 @@ PARTS: dict[str, list[tuple[str, str, str]]] = {
 DEFAULT_PARTS = [p for p in PARTS if p != "routed decision"]
 
 
-def _copy_without(src: Path, part: str, dest: Path, sink: Path) -> Path:
-    """A copy of the worktree `src` with `part` taken out (records handed away
-    go to the datagram socket `sink`)."""
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".git"))
-    for name, old, new in PARTS[part]:
+NOT_COPIED = shutil.ignore_patterns(".git")
+
+
+def patched_copy(src: Path, dest: Path, patches: list[tuple[str, str, str]], what: str,
+                 ignore: Any = NOT_COPIED) -> Path:
+    """A copy of the tree `src` at `dest` with each (file, exact text, what
+    replaces it) applied; text that is not in its file once stops the run,
+    naming `what` (the part or variant) so its tool can be updated."""
+    shutil.copytree(src, dest, ignore=ignore)
+    for name, old, new in patches:
         path = dest / name
         text = path.read_text()
         if text.count(old) != 1:
-            raise SystemExit(f"{part}: {old.strip()!r} is not in {name} once; "
-                             "update bench/without.py")
-        path.write_text(text.replace(old, new.replace("{sink!r}", repr(str(sink)))))
+            raise SystemExit(f"{what}: {old.strip()!r} is not in {name} once; "
+                             "update the tool's patches")
+        path.write_text(text.replace(old, new))
     return dest
+
+
+def _copy_without(src: Path, part: str, dest: Path, sink: Path) -> Path:
+    """A copy of the worktree `src` with `part` taken out (records handed away
+    go to the datagram socket `sink`)."""
+    return patched_copy(src, dest, [(name, old, new.replace("{sink!r}", repr(str(sink))))
+                                    for name, old, new in PARTS[part]], part)
 
 
 def _measure(start: Callable[[int], subprocess.Popen[bytes]], work: Path, seconds: int,
