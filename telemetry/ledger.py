@@ -160,7 +160,7 @@ class Ledger:
         a change closes a span."""
         now = t if now is None else now
         with self._lock:
-            unread_s = now - (self._started_at if self._read_at is None else self._read_at)
+            unread_s = self._unread_s(now)
             self._read_at = now
             if power_w is not None:
                 self._power_w = power_w
@@ -520,12 +520,15 @@ class Ledger:
             return even
         return min(1.0, mine / max(mine, rate * stretch_s))
 
+    def _unread_s(self, now: float) -> float:
+        """How long the counter has gone unread (since the ledger began, if never)."""
+        return now - (self._started_at if self._read_at is None else self._read_at)
+
     def _give_up_if_unread(self, now: float) -> list[str]:
         """No reading for `max_gap_s`: settle what can be, give up the rest
         (at most once a second; O(live windows)). Returns the windows whose
         figures will not change."""
-        last = self._started_at if self._read_at is None else self._read_at
-        if now - last <= self._max_gap_s or now - self._gave_up_at < GIVE_UP_EVERY_S:
+        if self._unread_s(now) <= self._max_gap_s or now - self._gave_up_at < GIVE_UP_EVERY_S:
             return []
         self._gave_up_at = now
         return self._settle(now) + self._give_up()

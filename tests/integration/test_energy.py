@@ -23,8 +23,8 @@ pytestmark = pytest.mark.integration
 
 def fake_gpu(spec: DeviceSpec) -> MeteredDevice:
     # read as NVML is (milliseconds a read): the sampler reads it on its beat
-    counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1, read_s=0.003)
-    counter._t = counter._next_step = time.monotonic()
+    counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1, read_s=0.003,
+                              start_t=time.monotonic())
     return MeteredDevice(spec, counter, Ledger("nvml", idle_power_w=100.0))
 
 
@@ -68,8 +68,7 @@ def test_the_first_request_after_start_gets_energy(workers: Workers) -> None:
     def waking_gpu(spec: DeviceSpec) -> MeteredDevice:
         # its first read takes 4 s (a driver waking up)
         counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1, read_s=0.003,
-                                  first_read_s=4.0)
-        counter._t = counter._next_step = time.monotonic()
+                                  first_read_s=4.0, start_t=time.monotonic())
         return MeteredDevice(spec, counter, Ledger("nvml", idle_power_w=100.0))
 
     seams = Seams(device_factory=waking_gpu)

@@ -18,7 +18,7 @@ class SteppingCounter:
 
     def __init__(self, power_w: Callable[[float], float], clock: Callable[[], float],
                  step_s: float = 0.1, dt_s: float = 0.001, read_s: float = 0.0,
-                 first_read_s: float = 0.0) -> None:
+                 first_read_s: float = 0.0, start_t: float | None = None) -> None:
         self._power_w = power_w
         self._clock = clock
         self._step_s = step_s
@@ -29,6 +29,8 @@ class SteppingCounter:
         self._energy_j = 0.0
         self._published_j = 0.0
         self._next_step = step_s
+        if start_t is not None:  # integrating from `start_t`, a step there (a real clock's now)
+            self._t = self._next_step = start_t
         self.fail = False
         self.offset_j = 0.0
 

@@ -15,11 +15,10 @@ from tests.telemetry.fakes import SteppingCounter
 
 
 def test_sampler_survives_reader_errors_and_recovers() -> None:
-    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02)
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02,
+                              start_t=time.monotonic())  # start stepping now
     ledger = Ledger("nvml", idle_power_w=100.0)
     sampler = Sampler(counter, ledger, hz=100, ring=16)
-    counter._next_step = time.monotonic()  # start stepping now
-    counter._t = time.monotonic()
     sampler.start()
     try:
         time.sleep(0.3)
@@ -43,8 +42,8 @@ def _reads_per_s(sampler: Sampler, seconds: float) -> float:
 
 
 def test_reads_fast_while_quiet_and_slow_with_many_requests_running() -> None:
-    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02)
-    counter._next_step = counter._t = time.monotonic()
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02,
+                              start_t=time.monotonic())
     ledger = Ledger("nvml", idle_power_w=100.0)
     sampler = Sampler(counter, ledger, hz=10, quiet_hz=100)
     sampler.start()
@@ -69,8 +68,8 @@ def test_reads_fast_while_quiet_and_slow_with_many_requests_running() -> None:
 def test_reads_slowly_while_the_interpreter_is_held() -> None:
     """A thread that keeps the interpreter (as a loaded event loop does) makes
     the sampler wake late: it falls back to `hz`, few requests running or not."""
-    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02)
-    counter._next_step = counter._t = time.monotonic()
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02,
+                              start_t=time.monotonic())
     sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=10, quiet_hz=100)
     stop = threading.Event()
 
@@ -96,8 +95,8 @@ def test_quiet_rate_held_to_cheap_reads() -> None:
     """Reading at the quiet rate pays only where a read is cheap: reads of
     ~3 ms (an NVML energy read takes ~4) keep the sampler at `hz`, few
     requests running or not."""
-    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.005, read_s=0.003)
-    counter._next_step = counter._t = time.monotonic()
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.005, read_s=0.003,
+                              start_t=time.monotonic())
     sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=10, quiet_hz=100)
     sampler.start()
     try:
@@ -117,8 +116,9 @@ def test_a_dear_counter_is_read_on_its_beat() -> None:
     learns the beat (telemetry/cadence.py) and reads about once a step, each
     change seen a few milliseconds after it, where its 20 Hz timer would read
     20 times a second and see a change 0-50 ms late; and dated at its step."""
-    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.1, read_s=0.003)
-    t0 = counter._next_step = counter._t = time.monotonic() + 0.037
+    t0 = time.monotonic() + 0.037
+    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.1, read_s=0.003,
+                              start_t=t0)
     sampler = Sampler(counter, Ledger("nvml", idle_power_w=100.0), hz=20, quiet_hz=100)
     sampler.start()
     try:
@@ -141,10 +141,8 @@ def test_a_dear_counter_is_read_on_its_beat() -> None:
 
 
 def _stepping_now(first_read_s: float = 0.0) -> SteppingCounter:
-    counter = SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02,
-                              first_read_s=first_read_s)
-    counter._t = counter._next_step = time.monotonic()
-    return counter
+    return SteppingCounter(lambda t: 150.0, time.monotonic, step_s=0.02,
+                           first_read_s=first_read_s, start_t=time.monotonic())
 
 
 def test_waits_for_each_counters_first_reading_and_names_those_without() -> None:

@@ -714,8 +714,8 @@ def test_a_failing_energy_counter_loses_no_request_and_says_so(fakes: FakeWorker
     with an energy figure (provisional: no counter step settles it), and
     /readyz and /metrics say the counter is stale; once it reads again, the
     state is ready and figures become final."""
-    counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1)
-    counter._t = counter._next_step = time.monotonic()
+    counter = SteppingCounter(lambda t: 250.0, time.monotonic, step_s=0.1,
+                              start_t=time.monotonic())
 
     def gpu(spec: DeviceSpec) -> MeteredDevice:
         return MeteredDevice(spec, counter, Ledger("nvml", idle_power_w=100.0))
