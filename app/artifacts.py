@@ -3,15 +3,19 @@ the operating curves. router/ computes with them and never reads a file; this
 module reads and writes them.
 
 The pickle pins `router.classifier.char_view` by module path: that function
-stays where it is, or the shipped classifier.pkl no longer loads.
+stays where it is, or the shipped classifier.pkl no longer loads. Serving
+reads the classifier's arrays saved beside it (classifier.npz), not the
+pickle.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import pickle
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +23,7 @@ import numpy as np
 
 import router
 from app.catalog import Catalog
-from router.classifier import Classifier
+from router.classifier import Classifier, ClassifierArrays
 from router.complexity import ComplexityModel, calibrate_ability
 from router.curves import Curve
 from router.engine import Targets
@@ -31,14 +35,91 @@ CLASSIFIER = ARTIFACTS / "classifier.pkl"
 COMPLEXITY = ARTIFACTS / "complexity.npz"
 
 
-def load_classifier(path: Path = CLASSIFIER) -> Classifier:
+ARRAYS_FORMAT = 1  # classifier.npz's layout (ClassifierArrays); another is not read
+TERMS_SEP = "\x00"  # between a vocabulary's terms (no term holds it: checked on saving)
+
+
+def arrays_path(pickle_path: Path) -> Path:
+    """Where a classifier pickle's arrays are saved: beside it, `.npz`."""
+    return pickle_path.with_suffix(".npz")
+
+
+def load_classifier(path: Path = CLASSIFIER, with_pipeline: bool = False) -> Classifier:
+    """The classifier at `path` (a pickle, or its arrays' `.npz`). From a
+    pickle, its arrays are read instead where they were saved beside it from
+    that very pickle (their `source_sha256`): no scikit-learn is imported and
+    no pickle runs, and a gateway process starts ~2 s sooner with ~100 MiB
+    less (docs/performance-decisions.md). `with_pipeline`: the fitted
+    scikit-learn pipeline too (training, the check against the fast path)."""
+    if path.suffix == ".npz":
+        if with_pipeline:
+            raise ValueError(f"{path} holds a classifier's arrays, not its pipeline: "
+                             "name its .pkl")
+        return Classifier(_read_arrays(path).arrays)
+    if not with_pipeline:
+        beside = arrays_path(path)
+        if beside.exists():
+            arrays = _read_arrays(beside)
+            if arrays.source_sha256 == _sha256(path):
+                return Classifier(arrays.arrays)
+            log.warning("%s was saved from another %s: loading the pickle instead "
+                        "(joulegate train writes both)", beside, path.name)
     with path.open("rb") as f:
-        return Classifier(pickle.load(f))
+        return Classifier.of_pipeline(pickle.load(f))
 
 
 def save_classifier(classifier: Classifier, path: Path) -> None:
+    """The fitted pipeline, pickled at `path`, and its arrays beside it."""
     with path.open("wb") as f:
         pickle.dump(classifier.pipeline, f, protocol=pickle.HIGHEST_PROTOCOL)
+    save_arrays(classifier.arrays, arrays_path(path), _sha256(path))
+
+
+def save_arrays(arrays: ClassifierArrays, path: Path, source_sha256: str) -> None:
+    def blob(terms: list[str]) -> np.ndarray:
+        if any(TERMS_SEP in t for t in terms):
+            raise ValueError("a vocabulary term holds the separator")
+        return np.frombuffer(TERMS_SEP.join(terms).encode(), dtype=np.uint8)
+
+    with path.open("wb") as f:  # np.savez would add .npz to a name without it
+        np.savez_compressed(
+            f, format=np.array(ARRAYS_FORMAT), source_sha256=np.array(source_sha256),
+            labels=np.array(arrays.labels), word_terms=blob(arrays.word_terms),
+            word_count=np.array(len(arrays.word_terms)), char_terms=blob(arrays.char_terms),
+            char_count=np.array(len(arrays.char_terms)), idf=arrays.idf, coef=arrays.coef,
+            intercept=arrays.intercept)
+
+
+@dataclass(frozen=True)
+class SavedArrays:
+    arrays: ClassifierArrays
+    source_sha256: str  # of the pickle they were saved from ("" if none)
+
+
+def _read_arrays(path: Path) -> SavedArrays:
+    with np.load(path, allow_pickle=False) as z:
+        if int(z["format"]) != ARRAYS_FORMAT:
+            raise ValueError(f"{path}: arrays of format {int(z['format'])}, this joulegate "
+                             f"reads {ARRAYS_FORMAT}: run joulegate train again")
+
+        def terms(name: str) -> list[str]:
+            count = int(z[f"{name}_count"])
+            found = bytes(z[f"{name}_terms"]).decode().split(TERMS_SEP) if count else []
+            if len(found) != count:
+                raise ValueError(f"{path}: {name} vocabulary of {len(found)} terms, "
+                                 f"{count} expected")
+            return found
+
+        arrays = ClassifierArrays(
+            [str(x) for x in z["labels"]], terms("word"), terms("char"),
+            np.asarray(z["idf"], dtype=np.float64),
+            np.ascontiguousarray(z["coef"], dtype=np.float64),
+            np.asarray(z["intercept"], dtype=np.float64))
+        return SavedArrays(arrays, str(z["source_sha256"]))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_curve(path: Path) -> Curve:

@@ -11,6 +11,8 @@ Inference does not call scikit-learn: its per-call overhead alone is ~1 ms.
 The fitted vocabularies, idf and coefficients are read out once and applied
 with dict lookups, a count and one small matrix product, which gives the same
 probabilities (tested against the pipeline) in a few tens of microseconds.
+Nor does serving import it: those arrays are saved beside the pickle
+(`classifier.npz`, app.artifacts) and the gateway loads only them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import itertools
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -94,8 +97,8 @@ class _Words:
     a request's terms are looked up directly, its bigrams joined as
     scikit-learn joins them."""
 
-    def __init__(self, vectorizer: Any) -> None:
-        self.vocab: dict[str, int] = {str(t): int(i) for t, i in vectorizer.vocabulary_.items()}
+    def __init__(self, terms: list[str]) -> None:
+        self.vocab: dict[str, int] = {t: i for i, t in enumerate(terms)}
         self.size = len(self.vocab)
 
     def features(self, tokens: list[str]) -> list[int]:
@@ -112,9 +115,8 @@ class _Chars:
 
     CACHE_WORDS = 50_000
 
-    def __init__(self, vectorizer: Any, offset: int) -> None:
-        self.vocab: dict[str, int] = {str(k): int(v) + offset
-                                      for k, v in vectorizer.vocabulary_.items()}
+    def __init__(self, terms: list[str], offset: int) -> None:
+        self.vocab: dict[str, int] = {t: i + offset for i, t in enumerate(terms)}
         self._ids: dict[str, tuple[int, ...]] = {}
 
     def _word_ids(self, word: str) -> tuple[int, ...]:
@@ -134,18 +136,58 @@ class _Chars:
         return ids
 
 
-class Classifier:
-    def __init__(self, pipeline: Any) -> None:
-        self._pipe = pipeline
-        self._labels = [str(c) for c in pipeline.classes_]
+@dataclass(frozen=True)
+class ClassifierArrays:
+    """What inference reads of a fitted pipeline: the two vocabularies (each
+    term at its feature index), the idf over both blocks, the logistic
+    regression's coefficients (features x classes) and intercepts. Plain
+    arrays: loading them imports no scikit-learn and runs no code (a pickle
+    can), and costs a fraction of the pipeline's memory and time."""
+
+    labels: list[str]
+    word_terms: list[str]
+    char_terms: list[str]
+    idf: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+
+    @classmethod
+    def of_pipeline(cls, pipeline: Any) -> ClassifierArrays:
         union, lr = pipeline.named_steps["features"], pipeline.named_steps["clf"]
         word, char = (t for _, t in union.transformer_list)
-        self._word = _Words(word)
-        self._char = _Chars(char, self._word.size)
-        self._idf = np.concatenate((np.asarray(word.idf_, dtype=np.float64),
-                                    np.asarray(char.idf_, dtype=np.float64)))
-        self._coef = np.ascontiguousarray(lr.coef_.T, dtype=np.float64)  # features x classes
-        self._intercept = np.asarray(lr.intercept_, dtype=np.float64)
+        return cls(
+            [str(c) for c in pipeline.classes_], _terms(word.vocabulary_),
+            _terms(char.vocabulary_),
+            np.concatenate((np.asarray(word.idf_, dtype=np.float64),
+                            np.asarray(char.idf_, dtype=np.float64))),
+            np.ascontiguousarray(lr.coef_.T, dtype=np.float64),
+            np.asarray(lr.intercept_, dtype=np.float64))
+
+
+def _terms(vocabulary: dict[Any, Any]) -> list[str]:
+    """A fitted vocabulary's terms in feature order (its indices are 0..n-1)."""
+    terms = [""] * len(vocabulary)
+    for term, i in vocabulary.items():
+        terms[int(i)] = str(term)
+    return terms
+
+
+class Classifier:
+    def __init__(self, arrays: ClassifierArrays, pipeline: Any = None) -> None:
+        """From the arrays inference reads; `pipeline`: the fitted scikit-learn
+        pipeline they came from, where the caller has it (training, checks)."""
+        self._pipe = pipeline
+        self.arrays = arrays
+        self._labels = list(arrays.labels)
+        self._word = _Words(arrays.word_terms)
+        self._char = _Chars(arrays.char_terms, self._word.size)
+        self._idf = arrays.idf
+        self._coef = arrays.coef  # features x classes
+        self._intercept = arrays.intercept
+
+    @classmethod
+    def of_pipeline(cls, pipeline: Any) -> Classifier:
+        return cls(ClassifierArrays.of_pipeline(pipeline), pipeline)
 
     def features(self, text: str) -> Features:
         """The text's TF-IDF features (sparse: indices and values), computed once
@@ -181,7 +223,11 @@ class Classifier:
 
     @property
     def pipeline(self) -> Any:
-        """The fitted scikit-learn pipeline (app.artifacts pickles it)."""
+        """The fitted scikit-learn pipeline (app.artifacts pickles it); a
+        classifier loaded from its arrays alone has none."""
+        if self._pipe is None:
+            raise ValueError("this classifier was loaded from its arrays: load its pickle "
+                             "(app.artifacts.load_classifier(with_pipeline=True))")
         return self._pipe
 
     def probabilities(self, text: str) -> dict[str, float]:
@@ -206,7 +252,7 @@ class Classifier:
 
     def sklearn_probabilities(self, text: str) -> list[float]:
         """The pipeline's own answer, for checking the fast path."""
-        return [float(x) for x in self._pipe.predict_proba([prepare(text)])[0]]
+        return [float(x) for x in self.pipeline.predict_proba([prepare(text)])[0]]
 
     @property
     def labels(self) -> list[str]:

@@ -157,7 +157,7 @@ def design(clf: Classifier, items: list[Item], train_idx: list[int],
     labels, sample weights, (TF-IDF width, hand mean, hand scale))."""
     from scipy.sparse import csr_matrix, hstack
 
-    union = clf._pipe.named_steps["features"]
+    union = clf.pipeline.named_steps["features"]
     text = union.transform([prepare(i.text) for i in items])
     hand = np.array([difficulty_features(prepare(i.text)) for i in items])
     mean, scale = hand[train_idx].mean(axis=0), hand[train_idx].std(axis=0) + 1e-9
@@ -176,7 +176,7 @@ def train_complexity(data: Path, own: list[Path], catalog: Catalog, out_dir: Pat
     `own_weight`: each own item's weight (default SOURCE_WEIGHT's)."""
     from sklearn.linear_model import LogisticRegression
 
-    clf = load_classifier()
+    clf = load_classifier(with_pipeline=True)
     items = load_items(data, own)
     order, held = split(items, seed)
     train_idx = [i for i in order if i not in held]

@@ -46,7 +46,7 @@ def controls(data: Path, own: list[Path], held_open: Path, catalog: Catalog,
     """Set -> score -> APGR."""
     from sklearn.linear_model import LogisticRegression
 
-    clf = load_classifier()
+    clf = load_classifier(with_pipeline=True)
     items = load_items(data, own)
     extra = own_items(held_open)
     everything = items + extra

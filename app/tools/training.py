@@ -177,7 +177,7 @@ def train(data: Path, own: Path, out_dir: Path, seed: int = 0,
     pipe = build_pipeline()
     pipe.fit([prepare(e.text) for e in train_set], [e.category for e in train_set],
              clf__sample_weight=_weights(train_set))
-    clf = Classifier(pipe)
+    clf = Classifier.of_pipeline(pipe)
     predicted = [clf.top(e.text) for e in test_set]
     truth = [e.category for e in test_set]
     labels = list(CATEGORIES)
@@ -226,6 +226,6 @@ def train(data: Path, own: Path, out_dir: Path, seed: int = 0,
     final.fit([prepare(e.text) for e in examples], [e.category for e in examples],
               clf__sample_weight=_weights(examples))
     out_dir.mkdir(parents=True, exist_ok=True)
-    save_classifier(Classifier(final), out_dir / "classifier.pkl")
+    save_classifier(Classifier.of_pipeline(final), out_dir / "classifier.pkl")
     (out_dir / "classifier-report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
