@@ -499,6 +499,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                       "RSS growth before the ledger compacted its windows",
                                       "memory.json"),
     "memory.json": ("python -m bench.memory", "RSS over 100,000 requests", ""),
+    "startup.json": ("python -m bench.startup --base 1798e58 --rounds 5",
+                     "a gateway process's start and memory, the classifier's arrays "
+                     "against its pickle", ""),
     "metric-updates.json": ("python -m bench.metric_updates",
                             "a request's metric updates, direct against batched", ""),
     "outages.json": ("python -m bench.outages",
