@@ -499,6 +499,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                       "RSS growth before the ledger compacted its windows",
                                       "memory.json"),
     "memory.json": ("python -m bench.memory", "RSS over 100,000 requests", ""),
+    "ledger-cost.json": ("python -m bench.ledger_cost --base <the commit before> --rounds 6",
+                         "the ledger's counter steps and closes per request, simulated, "
+                         "CPU and instructions", ""),
     "startup.json": ("python -m bench.startup --base 1798e58 --rounds 5",
                      "a gateway process's start and memory, the classifier's arrays "
                      "against its pickle", ""),

@@ -378,11 +378,17 @@ class Ledger:
         spans = [(w, *span_tokens(w, a, b)) for w in wins]
         batch = Counter(w.rates for w, dp, dd, _ in spans if dp + dd > 0)
         works = []
+        total = 0.0
         for w, dp, dd, context in spans:
-            n = batch.get(w.rates, 1)
+            if dp + dd <= 0:  # no token in the span (most windows, most steps)
+                works.append((w, 0.0, 0.0))
+                continue
+            n = batch[w.rates]
             pre = dp * w.rates.prefill_rate(n, self._w)
-            works.append((w, pre + dd * w.rates.decode_rate(context, n), pre))
-        return works, sum(x[1] for x in works), batch
+            work = pre + dd * w.rates.decode_rate(context, n)
+            works.append((w, work, pre))
+            total += work
+        return works, total, batch
 
     def _overlapping(self, a: float, b: float) -> list[Window]:
         """The live windows overlapping [a, b] (Window.overlaps, inlined: this

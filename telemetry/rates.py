@@ -20,12 +20,21 @@ what the request would have cost running alone. Pure arithmetic.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class TokenRates:
     coef: tuple[float, ...] | None = None  # the curve's 7 coefficients; None: token counts
+    # Kept, not recomputed: a counter step hashes the rates of every window
+    # doing work in it (the batch sizes), a tuple of 7 floats each time.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(self.coef))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def from_curve(cls, coef: Sequence[float]) -> TokenRates:

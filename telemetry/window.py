@@ -41,7 +41,9 @@ class Window:
     def add_points(self, points: list[Point], until: float) -> None:
         """Append (offset, prompt, decode) points, as absolute times up to `until`."""
         for off, prompt, decode in points:
-            t = min(until, self.opened_at + max(0.0, off))
+            t = self.opened_at + (off if off > 0.0 else 0.0)
+            if t > until:
+                t = until
             if self.times and t <= self.times[-1]:
                 t = self.times[-1]
                 self.times[-1], self.prompt[-1], self.decode[-1] = t, prompt, decode
@@ -118,10 +120,19 @@ class WindowNames:
 
 
 def span_tokens(w: Window, a: float, b: float) -> tuple[float, float, float]:
-    """(prompt tokens, answer tokens) processed in [a, b], and the prompt by b."""
+    """(prompt tokens, answer tokens) processed in [a, b], and the prompt by b.
+    A span before the timeline's first point or after its last, the usual
+    case for most of the windows a counter step scans, is answered without
+    interpolating (the same values)."""
+    ts = w.times
+    if not ts or b <= ts[0]:
+        return 0.0, 0.0, 0.0
+    if a >= ts[-1]:
+        return 0.0, 0.0, w.prompt[-1]
     pa, da = w.tokens_at(a)
     pb, db = w.tokens_at(b)
-    return max(0.0, pb - pa), max(0.0, db - da), pb
+    dp, dd = pb - pa, db - da  # max(0.0, x) without the call: the same value, NaN too
+    return dp if dp > 0.0 else 0.0, dd if dd > 0.0 else 0.0, pb
 
 
 def covered_s(wins: list[Window], a: float, b: float) -> float:

@@ -1,0 +1,141 @@
+"""What the meter's ledger costs per request, without a gateway around it: a
+simulated device whose counter steps every 10 ms while requests arrive
+evenly and run `concurrency` at a time (each with a live token timeline and
+a two-point one at its close, as the fixed-answer benchmarks' requests), on a
+fake clock. Per request: the counter steps' work (`ingest`, the sampler
+thread's) and `close` (the request's own), in CPU microseconds (the
+thread's time; medians of the rounds, the base checkout and this tree in
+turns) and, where valgrind is installed, in instructions (cachegrind: a run
+less an empty run, so imports and start-up cancel; deterministic, where this
+VM's timings drift by half between runs).
+
+    python -m bench.ledger_cost --base REV [--rounds 6]  ->  bench/results/ledger-cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.gpu_common import project_commit, worktree_at
+from workers.local import ROOT
+
+CASES = {"c1": (1, 16), "c50": (50, 10)}  # (requests at once, arrivals per 10 ms step)
+CURVE = [1.0, 2.0, 3.0, 0.1, 5.0, 0.2, 0.3]
+
+
+def simulate(concurrency: int, per_step: int, steps: int) -> tuple[float, float]:
+    """CPU microseconds per request of ingest and of close."""
+    from telemetry.ledger import Ledger
+    from telemetry.rates import TokenRates
+
+    rates = TokenRates.from_curve(CURVE)
+    now = [1000.0]
+    ledger = Ledger("estimate", idle_power_w=50.0, clock=lambda: now[0])
+    counter = 0.0
+    ledger.ingest(now[0], counter, now=now[0])
+    running: list[tuple[str, float, list[tuple[float, float, float]]]] = []
+    ingest_s = close_s = 0.0
+    closed = 0
+    for _ in range(steps):
+        for _ in range(per_step):
+            now[0] += 0.01 / per_step
+            if len(running) >= concurrency:
+                wid, opened, points = running.pop(0)
+                points.append((now[0] - opened, 20.0, 2.0))
+                t = time.thread_time()
+                ledger.close(wid, list(points))
+                close_s += time.thread_time() - t
+                closed += 1
+            points = [(0.0, 20.0, 0.0)]
+            wid = ledger.open(lambda i, p=points: p[i:], rates)
+            running.append((wid, now[0], points))
+        counter += 3.0
+        t = time.thread_time()
+        ledger.ingest(now[0], counter, now=now[0])
+        ingest_s += time.thread_time() - t
+    return ingest_s / closed * 1e6, close_s / closed * 1e6
+
+
+def _child(root: Path, args: list[str], valgrind: bool) -> str:
+    # This file, run with the checkout's telemetry/ first on the path (a
+    # base older than this tool has none of its own).
+    env = dict(os.environ, PYTHONPATH=str(root))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *args]
+    if valgrind:
+        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
+               "--cachegrind-out-file=/dev/null", *cmd]
+    out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, check=True)
+    return out.stdout + out.stderr
+
+
+def instructions(root: Path, case: str, steps: int) -> float:
+    """Instructions per request of the case's run (simulate's whole loop)."""
+    def refs(n: int) -> int:
+        text = _child(root, [case, str(n)], valgrind=True)
+        line = next(x for x in text.splitlines() if "I" in x and "refs:" in x)
+        return int(line.split(":")[1].replace(",", "").strip())
+
+    concurrency, per_step = CASES[case]
+    requests = steps * per_step - concurrency
+    return (refs(steps) - refs(0)) / requests
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", help="the checkout compared with this tree")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ledger-cost.json")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        case, steps = args.child[0], int(args.child[1])
+        if steps:
+            print(json.dumps(simulate(*CASES[case], steps)))
+        else:  # what an empty run costs: the same imports
+            import telemetry.ledger
+            import telemetry.rates  # noqa: F401
+        return
+    if not args.base:
+        ap.error("--base is required")
+    with tempfile.TemporaryDirectory(prefix="jg-ledger-") as tmp, \
+            worktree_at(args.base, Path(tmp) / "base") as base:
+        roots = {"base": base, "this tree": ROOT}
+        cpu: dict[str, dict[str, list[tuple[float, float]]]] = {
+            n: {c: [] for c in CASES} for n in roots}
+        for r in range(args.rounds):
+            for name in (list(roots) if r % 2 == 0 else list(roots)[::-1]):
+                for case in CASES:
+                    cpu[name][case].append(tuple(json.loads(  # type: ignore[arg-type]
+                        _child(roots[name], [case, str(args.steps)], False))))
+        counted = {n: {c: round(instructions(root, c, 100)) for c in CASES}
+                   for n, root in roots.items()} if shutil.which("valgrind") else None
+    summary: dict[str, Any] = {
+        n: {c: {"ingest_cpu_us": round(statistics.median(x[0] for x in runs), 2),
+                "close_cpu_us": round(statistics.median(x[1] for x in runs), 2),
+                **({"instructions": counted[n][c]} if counted else {})}
+            for c, runs in by_case.items()}
+        for n, by_case in cpu.items()}
+    base_commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT,
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    result = {"commit": project_commit(), "base": base_commit, "rounds": args.rounds,
+              "steps": args.steps, "cases": {c: {"concurrency": v[0], "arrivals_per_step": v[1]}
+                                             for c, v in CASES.items()},
+              "cpu_runs": cpu, "summary": summary}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
