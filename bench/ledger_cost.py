@@ -37,27 +37,32 @@ def simulate(concurrency: int, per_step: int, steps: int) -> tuple[float, float]
     """CPU microseconds per request of ingest and of close."""
     from telemetry.ledger import Ledger
     from telemetry.rates import TokenRates
+    from telemetry.timeline import Point
 
     rates = TokenRates.from_curve(CURVE)
     now = [1000.0]
     ledger = Ledger("estimate", idle_power_w=50.0, clock=lambda: now[0])
     counter = 0.0
     ledger.ingest(now[0], counter, now=now[0])
-    running: list[tuple[str, float, list[tuple[float, float, float]]]] = []
+    running: list[tuple[str, float, list[Point]]] = []
     ingest_s = close_s = 0.0
     closed = 0
     for _ in range(steps):
         for _ in range(per_step):
             now[0] += 0.01 / per_step
             if len(running) >= concurrency:
-                wid, opened, points = running.pop(0)
-                points.append((now[0] - opened, 20.0, 2.0))
+                wid, opened, timeline = running.pop(0)
+                timeline.append((now[0] - opened, 20, 2))
                 t = time.thread_time()
-                ledger.close(wid, list(points))
+                ledger.close(wid, list(timeline))
                 close_s += time.thread_time() - t
                 closed += 1
-            points = [(0.0, 20.0, 0.0)]
-            wid = ledger.open(lambda i, p=points: p[i:], rates)
+            points: list[Point] = [(0.0, 20, 0)]
+
+            def progress(i: int, p: list[Point] = points) -> list[Point]:
+                return p[i:]
+
+            wid = ledger.open(progress, rates)
             running.append((wid, now[0], points))
         counter += 3.0
         t = time.thread_time()
@@ -116,8 +121,9 @@ def main() -> None:
         for r in range(args.rounds):
             for name in (list(roots) if r % 2 == 0 else list(roots)[::-1]):
                 for case in CASES:
-                    cpu[name][case].append(tuple(json.loads(  # type: ignore[arg-type]
-                        _child(roots[name], [case, str(args.steps)], False))))
+                    ingest, close = json.loads(_child(roots[name], [case, str(args.steps)],
+                                                      False))
+                    cpu[name][case].append((ingest, close))
         counted = {n: {c: round(instructions(root, c, 100)) for c in CASES}
                    for n, root in roots.items()} if shutil.which("valgrind") else None
     summary: dict[str, Any] = {

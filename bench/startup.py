@@ -36,8 +36,9 @@ def one_start(root: Path, upstream: int, work: Path) -> dict[str, Any]:
     try:
         wait_healthy(f"http://127.0.0.1:{port}/healthz", 120, proc)
         ready_s = time.perf_counter() - started
-        out = {"ready_s": round(ready_s, 3), "start_cpu_s": round(cpu_s(proc.pid), 3),
-               "rss_ready_mb": round(rss_mb(proc.pid), 1)}
+        out: dict[str, Any] = {"ready_s": round(ready_s, 3),
+                               "start_cpu_s": round(cpu_s(proc.pid), 3),
+                               "rss_ready_mb": round(rss_mb(proc.pid), 1)}
         load = wrk(f"http://127.0.0.1:{port}/v1/chat/completions", 10, 5,
                    {"model": "auto", "messages": MSG}, work)
         out.update(rss_after_load_mb=round(rss_mb(proc.pid), 1), load=load)
