@@ -37,6 +37,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "issue 23's layout against d37bf4d, forced tier at c=50", ""),
     "ab-agent-unix-socket-w2-c50.json": (AB + " --workers 2 --connections 50",
                                          "the agent on a Unix socket under serve --workers", ""),
+    "ab-ledger-steps-c50.json": (AB + " --rounds 4 --seconds 6 --connections 50",
+                                 "the ledger's cheaper counter steps (46b41a3) against "
+                                 "72a91ce, forced tier at c=50", ""),
     "ab-direct-c50.json": (AB + " --connections 50", "the direct ASGI path for generation", ""),
     "ab-end-after-response-c1.json": (AB, "bookkeeping after the response is written", ""),
     "ab-mypyc-c50.json": ("python -m bench.ab --base be9b58d --connections 50 --rounds 3 "
@@ -499,7 +502,7 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                       "RSS growth before the ledger compacted its windows",
                                       "memory.json"),
     "memory.json": ("python -m bench.memory", "RSS over 100,000 requests", ""),
-    "ledger-cost.json": ("python -m bench.ledger_cost --base <the commit before> --rounds 6",
+    "ledger-cost.json": ("python -m bench.ledger_cost --base 72a91ce --rounds 6",
                          "the ledger's counter steps and closes per request, simulated, "
                          "CPU and instructions", ""),
     "startup.json": ("python -m bench.startup --base 1798e58 --rounds 5",
