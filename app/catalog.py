@@ -182,7 +182,9 @@ class Routing(_Strict):
     # action is expected at least this good, in proportion below (0: in full)
     full_tolerance_from: float = Field(default=FULL_TOLERANCE_FROM, ge=0, le=1)
     lengths_file: str | None = None
-    classifier: str | None = None  # default: the committed router/artifacts/classifier.pkl
+    # default: the committed router/artifacts/classifier.pkl (read through its
+    # arrays, classifier.npz beside it); a .pkl of joulegate train, or its .npz
+    classifier: str | None = None
     complexity: str | None = None  # default: the committed router/artifacts/complexity.npz
     # `balanced`: keep this share of always-large quality over traffic like the
     # reference workload (x-joulegate-quality-target overrides it per request).
