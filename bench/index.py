@@ -205,6 +205,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                       "with the bare pass-through: 3 rounds in turns; forced "
                                       "c=1 p99 3.17x, c=50 0.64x", ""),
     "gateways-h100-host-run10.png": ("same", "run 10 as a picture", ""),
+    "gateways-h100-host-run11.json": ("bash bench/run_gateways_device.sh "
+                                      "(device tool; an H100 host, ba6f673)",
+                                      "gateways side by side on the GPU host's pinned cores, "
+                                      "with the bare pass-through: 3 rounds in turns; forced "
+                                      "c=1 p99 2.42x, c=50 0.58x; auto 3.06x / 0.41x", ""),
+    "gateways-h100-host-run11.png": ("same", "run 11 as a picture", ""),
     "tail-parts-h100-host.json": ("python -m bench.tail_parts (device tool, an H100 host; run "
                                   "by the script the tool was made from)",
                                   "the c=1 tail part by part, pinned, 3 rounds in turns: p99 "
@@ -458,11 +464,11 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "per-request energy on the H200: conservation, attribution (nvml)",
                            ""),
     "gpu-telemetry-h100.json": ("PHASES=telemetry bash bench/run_h200.sh (device tool, an "
-                                "H100, 9d7893d)",
+                                "H100, ba6f673)",
                                 "per-request energy on an H100 with the meter on the counter's "
-                                "beat: conservation 0.0, a response's figure 1.4% / 5.0% "
-                                "from its final one (median, alone / ten at once; 1.6% / 4.8% "
-                                "at 029c6bc, 1.3% / 9.6% at c4bb70c); each request's counter "
+                                "beat: conservation 9e-16, a response's figure 3.9% / 2.7% "
+                                "from its final one (median, alone / ten at once; 1.4% / 5.0% "
+                                "at 9d7893d, 1.3% / 9.6% at c4bb70c); each request's counter "
                                 "changes (nvml)", ""),
     "hostile.json": ("python -m bench.hostile",
                      "slowloris, agent spoofing and a 5,000-body mutation fuzz against a keyed "
