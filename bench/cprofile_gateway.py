@@ -1,5 +1,6 @@
 """Where a loaded gateway's event loop spends a request, function by
-function: `joulegate serve` under cProfile (its main thread: the event loop)
+function: `joulegate serve` under cProfile (its main thread: the event loop,
+during the load alone: bench.profiled starts and stops the profiler by signal)
 in front of the fixed-answer nginx upstream (bench.gateways) while wrk sends
 non-streamed chat requests; per request, each function's own and inclusive
 time, and the shares of the request's stages.
@@ -70,8 +71,11 @@ def per_request(stats: pstats.Stats, top: int = 40) -> dict[str, Any]:
     def inclusive(path: str, name: str) -> float:
         return sum(v[3] for (f, _, n), v in raw.items() if f.endswith(path) and n == name)
 
+    # A request's work outside its ASGI call: the final figure's bookkeeping,
+    # and under load the routed decisions made together once per loop turn.
     whole = (inclusive("app/http/asgi.py", "__call__")
-             + inclusive("app/metering/meter.py", "give_spread"))
+             + inclusive("app/metering/meter.py", "give_spread")
+             + inclusive("app/forward/turn.py", "_run_all"))
     stages = {stage: round(sum(inclusive(p, n) for p, n in parts) / whole, 3)
               for stage, parts in STAGES.items()}
     rest = "the rest (the layers between them: forwarding, watching, headers, the JSON out)"
@@ -89,14 +93,16 @@ def main() -> None:
     args = parser.parse_args()
     prof = Path(tempfile.mkdtemp(prefix="jg-cprofile-")) / "gateway.prof"
     with loaded_gateway(args.model, args.connections, 2, stop=signal.SIGINT,
-                        python=[sys.executable, "-m", "cProfile", "-o", str(prof)]
-                        ) as (_, load_for):
+                        python=[sys.executable, "-m", "bench.profiled", str(prof)]
+                        ) as (proc, load_for):
+        proc.send_signal(signal.SIGUSR1)  # the loaded window only: not the start
         load = load_for(args.seconds)
+        proc.send_signal(signal.SIGUSR2)
     result = {"commit": project_commit(), "model": args.model, "connections": args.connections,
               "load_under_cprofile": load,
               "note": "cProfile inflates every Python call (~2x): compare shares, not times; "
-                      "the event loop's thread only; start-up functions excluded (fewer "
-                      "than one call per two requests)",
+                      "the event loop's thread only, during the load alone (bench.profiled); "
+                      "functions called less than once per two requests left out",
               **per_request(pstats.Stats(str(prof)))}
     out = ROOT / "bench" / "results" / f"cprofile-{args.model}-c{args.connections}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
