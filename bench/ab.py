@@ -25,7 +25,7 @@ from typing import Any
 
 from app.tools.embedded import free_port
 from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
-from bench.gpu_common import project_commit, worktree_at
+from bench.gpu_common import commit_of, project_commit, worktree_at
 from bench.process import tree_cpu_s
 from workers.local import ROOT, wait_healthy
 
@@ -115,9 +115,7 @@ def main() -> None:
     summary = {name: {f"{field}_median": median_of(rs, field) for field in FIELDS}
                for name, rs in runs.items()}
     rates = (summary["base"]["req_per_s_median"], summary["this"]["req_per_s_median"])
-    base_commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT,
-                                 capture_output=True, text=True).stdout.strip() or args.base
-    result = {"commit": project_commit(), "base": base_commit, "rounds": args.rounds,
+    result = {"commit": project_commit(), "base": commit_of(args.base), "rounds": args.rounds,
               "seconds": args.seconds,
               "case": f"model {args.model}, {'streamed' if args.stream else 'non-streamed'}, "
                       f"wrk -t1 -c{args.connections}, "

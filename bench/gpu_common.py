@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from bench.provenance import commit_of as commit_of
 from bench.provenance import project_commit as project_commit
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.gpu_common import project_commit, worktree_at
-from workers.local import ROOT
-
+# Only the standard library at module level: the child runs this file against
+# another checkout's packages (the base's), which may not hold what this one's do.
+ROOT = Path(__file__).resolve().parent.parent
 CASES = {"c1": (1, 16), "c50": (50, 10)}  # (requests at once, arrivals per 10 ms step)
 CURVE = [1.0, 2.0, 3.0, 0.1, 5.0, 0.2, 0.3]
 
@@ -113,6 +113,7 @@ def main() -> None:
         return
     if not args.base:
         ap.error("--base is required")
+    from bench.gpu_common import commit_of, project_commit, worktree_at
     with tempfile.TemporaryDirectory(prefix="jg-ledger-") as tmp, \
             worktree_at(args.base, Path(tmp) / "base") as base:
         roots = {"base": base, "this tree": ROOT}
@@ -132,9 +133,7 @@ def main() -> None:
                 **({"instructions": counted[n][c]} if counted else {})}
             for c, runs in by_case.items()}
         for n, by_case in cpu.items()}
-    base_commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT,
-                                 capture_output=True, text=True, check=True).stdout.strip()
-    result = {"commit": project_commit(), "base": base_commit, "rounds": args.rounds,
+    result = {"commit": project_commit(), "base": commit_of(args.base), "rounds": args.rounds,
               "steps": args.steps, "cases": {c: {"concurrency": v[0], "arrivals_per_step": v[1]}
                                              for c, v in CASES.items()},
               "cpu_runs": cpu, "summary": summary}

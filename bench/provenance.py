@@ -28,3 +28,14 @@ def project_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{head}+uncommitted" if changed else head
+
+
+def commit_of(rev: str) -> str:
+    """The short hash `rev` names (an A/B's base, as the results file records
+    it), or `rev` itself where git cannot say (the run is not lost for that)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT,
+                             capture_output=True, text=True).stdout.strip()
+    except OSError:
+        out = ""
+    return out or rev

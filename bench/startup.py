@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from app.tools.embedded import free_port
+from bench.ab import median_of
 from bench.gateways import joulegate, start_nginx, stop_nginx, wrk
-from bench.gpu_common import project_commit, worktree_at
+from bench.gpu_common import commit_of, project_commit, worktree_at
 from bench.process import cpu_s, rss_mb
 from workers.local import ROOT, wait_healthy
 
@@ -30,17 +31,25 @@ MSG = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def one_start(root: Path, upstream: int, work: Path) -> dict[str, Any]:
+    """One process's figures; a start that fails or hangs is a run with its
+    error and no figures (the summary takes the medians of the others)."""
     port = free_port()
     started = time.perf_counter()
     proc = joulegate(port, upstream, work, root)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}/healthz", 120, proc)
+        try:
+            wait_healthy(f"http://127.0.0.1:{port}/healthz", 120, proc)
+        except (RuntimeError, TimeoutError) as e:
+            return {"error": str(e)}
         ready_s = time.perf_counter() - started
         out: dict[str, Any] = {"ready_s": round(ready_s, 3),
                                "start_cpu_s": round(cpu_s(proc.pid), 3),
                                "rss_ready_mb": round(rss_mb(proc.pid), 1)}
-        load = wrk(f"http://127.0.0.1:{port}/v1/chat/completions", 10, 5,
-                   {"model": "auto", "messages": MSG}, work)
+        try:
+            load = wrk(f"http://127.0.0.1:{port}/v1/chat/completions", 10, 5,
+                       {"model": "auto", "messages": MSG}, work)
+        except subprocess.TimeoutExpired as e:  # a hung load: its start's figures stand
+            return {**out, "error": f"wrk: {e}"}
         out.update(rss_after_load_mb=round(rss_mb(proc.pid), 1), load=load)
         return out
     finally:
@@ -48,9 +57,11 @@ def one_start(root: Path, upstream: int, work: Path) -> dict[str, Any]:
         proc.wait(30)
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
-    return {f: round(statistics.median(r[f] for r in runs), 3)
-            for f in ("ready_s", "start_cpu_s", "rss_ready_mb", "rss_after_load_mb")}
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    medians = {f: median_of(runs, f)
+               for f in ("ready_s", "start_cpu_s", "rss_ready_mb", "rss_after_load_mb")}
+    return {**{f: None if m is None else round(m, 3) for f, m in medians.items()},
+            "failed_runs": sum("error" in r for r in runs)}
 
 
 def main() -> None:
@@ -73,7 +84,7 @@ def main() -> None:
                         print(name, runs[name][-1], flush=True)
         finally:
             stop_nginx(work)
-    result = {"commit": project_commit(), "base": args.base, "rounds": args.rounds,
+    result = {"commit": project_commit(), "base": commit_of(args.base), "rounds": args.rounds,
               "runs": runs, "summary": {k: summary(v) for k, v in runs.items()}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
