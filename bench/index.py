@@ -37,6 +37,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "issue 23's layout against d37bf4d, forced tier at c=50", ""),
     "ab-agent-unix-socket-w2-c50.json": (AB + " --workers 2 --connections 50",
                                          "the agent on a Unix socket under serve --workers", ""),
+    "ab-kernel-reads-c1.json": (AB + " --rounds 6 --seconds 6 --connections 1",
+                                "the CPU estimate's /proc/stat kept open (one pread a "
+                                "reading), forced tier at c=1", ""),
     "ab-ledger-steps-c50.json": (AB + " --rounds 4 --seconds 6 --connections 50",
                                  "the ledger's cheaper counter steps (46b41a3) against "
                                  "72a91ce, forced tier at c=50", ""),
@@ -514,6 +517,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "startup.json": ("python -m bench.startup --base 1798e58 --rounds 5",
                      "a gateway process's start and memory, the classifier's arrays "
                      "against its pickle", ""),
+    "kernel-reads.json": ("python -m bench.kernel_reads",
+                          "one reading of /proc/stat (and RAPL where readable): read_text "
+                          "against a kept descriptor's pread", ""),
     "metric-updates.json": ("python -m bench.metric_updates",
                             "a request's metric updates, direct against batched", ""),
     "outages.json": ("python -m bench.outages",

@@ -47,6 +47,8 @@ def host_packages(root: Path = POWERCAP) -> list[EnergyReader]:
         try:
             readers.append(RaplReader(int(parts[1]), root))
         except ReaderError:
+            for reader in readers:
+                reader.close()
             return []
     return readers
 

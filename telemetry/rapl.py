@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from telemetry.kernelfile import KernelFile
 from telemetry.reader import ReaderError, Reading
 
 POWERCAP = Path("/sys/class/powercap")
@@ -21,14 +22,20 @@ class RaplReader:
         self.name = f"cpu-package-{package}"
         try:
             self._range_uj = int((self._dir / "max_energy_range_uj").read_text())
-            self._last_uj = int((self._dir / "energy_uj").read_text())
         except (OSError, ValueError) as exc:
+            raise ReaderError(f"RAPL {self._dir}: {exc}") from exc
+        # kept open and read again from its start (telemetry.kernelfile)
+        self._energy = KernelFile(self._dir / "energy_uj", 64)
+        try:
+            self._last_uj = int(self._energy.head())
+        except (OSError, ValueError) as exc:
+            self._energy.close()
             raise ReaderError(f"RAPL {self._dir}: {exc}") from exc
         self._wraps = 0
 
     def read(self) -> Reading:
         try:
-            uj = int((self._dir / "energy_uj").read_text())
+            uj = int(self._energy.head())
         except (OSError, ValueError) as exc:
             raise ReaderError(f"RAPL read: {exc}") from exc
         if uj < self._last_uj:
@@ -37,12 +44,12 @@ class RaplReader:
         return Reading(counter_j=(self._wraps * self._range_uj + uj) / 1e6, power_w=None)
 
     def close(self) -> None:
-        return None
+        self._energy.close()
 
 
 def rapl_available(package: int, root: Path = POWERCAP) -> bool:
     try:
-        RaplReader(package, root)
+        RaplReader(package, root).close()
     except ReaderError:
         return False
     return True
