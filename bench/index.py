@@ -37,6 +37,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                            "issue 23's layout against d37bf4d, forced tier at c=50", ""),
     "ab-agent-unix-socket-w2-c50.json": (AB + " --workers 2 --connections 50",
                                          "the agent on a Unix socket under serve --workers", ""),
+    "ab-decide-cuts-auto-c50.json": (AB + " --model auto --rounds 4 --seconds 6 "
+                                     "--connections 50", "the decision's hand features and "
+                                     "qualities in plain Python, auto at c=50", ""),
     "ab-kernel-reads-c1.json": (AB + " --rounds 6 --seconds 6 --connections 1",
                                 "the CPU estimate's /proc/stat kept open (one pread a "
                                 "reading), forced tier at c=1", ""),
@@ -517,6 +520,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "startup.json": ("python -m bench.startup --base 1798e58 --rounds 5",
                      "a gateway process's start and memory, the classifier's arrays "
                      "against its pickle", ""),
+    "decide-cost.json": ("python -m bench.decide_cost --base 1360b7e --rounds 6 --decisions 1000",
+                         "one routing decision (six kinds of request) in CPU and "
+                         "instructions, against a base", ""),
     "kernel-reads.json": ("python -m bench.kernel_reads",
                           "one reading of /proc/stat (and RAPL where readable): read_text "
                           "against a kept descriptor's pread", ""),

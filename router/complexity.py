@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from math import exp
 
 import numpy as np
 
@@ -48,13 +49,25 @@ class ComplexityModel:
     # complexity_training.py). Monotone: no ranking changes.
     pivot: float = 0.0
     easy_stretch: float = 1.0
+    _hand: list[tuple[float, float]] = field(init=False, repr=False, compare=False)
+    _by_action: dict[str, Mapping[str, float]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # What each request reads, as plain floats: eleven hand features
+        # weighed in Python cost a third of numpy's small-array calls.
+        object.__setattr__(self, "_hand", [
+            (float(m), float(c) / float(s)) for m, s, c in
+            zip(self.hand_mean, self.hand_scale, self.hand_coef, strict=True)])
+        object.__setattr__(self, "_by_action", {})
 
     def theta(self, feats: Features, text: str) -> float:
         """Difficulty logit of a request."""
         idx, vals = feats
         z = self.intercept + (float(vals @ self.text_coef[idx]) if idx.size else 0.0)
-        hand = (np.asarray(difficulty_features(prepare(text))) - self.hand_mean) / self.hand_scale
-        return self.stretched(z + float(hand @ self.hand_coef))
+        for x, (mean, weight) in zip(difficulty_features(prepare(text)), self._hand,
+                                     strict=True):
+            z += (x - mean) * weight
+        return self.stretched(z)
 
     def stretched(self, z: float) -> float:
         return z if z >= self.pivot else self.pivot + self.easy_stretch * (z - self.pivot)
@@ -63,17 +76,27 @@ class ComplexityModel:
                   ) -> dict[str, float]:
         """Expected acceptability of each action for this request: the item
         model per category, weighted by the category probabilities."""
+        live = [(cat, p) for cat, p in probs.items() if p > 1e-4]
         out = {}
         for act in actions:
+            by_category = self._abilities_of(act)
             total = weight = 0.0
-            for cat, p in probs.items():
-                if p > 1e-4:
-                    ability = self.abilities.get(cat, {}).get(act)
-                    if ability is not None:
-                        total += p * sigmoid(ability - theta)
-                        weight += p
+            for cat, p in live:
+                ability = by_category.get(cat)
+                if ability is not None:  # sigmoid(ability - theta), inlined: 36 a decision
+                    x = ability - theta
+                    total += p / (1.0 + exp(-x)) if x > -500 else 0.0
+                    weight += p
             out[act] = total / weight if weight > 0 else 0.5
         return out
+
+    def _abilities_of(self, act: str) -> Mapping[str, float]:
+        """category -> the action's ability (remembered: the table is fixed)."""
+        known = self._by_action.get(act)
+        if known is None:
+            known = self._by_action[act] = {
+                cat: row[act] for cat, row in self.abilities.items() if act in row}
+        return known
 
 
 def complexity(small: float, large: float) -> float:

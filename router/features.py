@@ -11,6 +11,7 @@ import string
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _OPERATORS = "+-*/=^<>%$"
 _ASCII_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_DIGITS = "0123456789"
 _ASCII_SPACES = str.maketrans(dict.fromkeys("\t\n\r\f\v", " "))
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 _STEP_WORDS = frozenset(
@@ -25,6 +26,7 @@ _DEMAND_WORDS = frozenset((
     "analyse", "analyze", "plan", "evaluate", "critique", "tests", "handling", "trade",
     "structure", "outline", "detailed", "step", "steps", "cite", "citing", "evidence"))
 LONG_WORD = 10  # characters: technical and niche vocabulary
+_SHORTER_THAN_LONG = LONG_WORD - 1  # (LONG_WORD - 1) < len(w): a long word
 _WORD = re.compile(r"\w+")
 _ASCII_NON_WORD = str.maketrans(
     {chr(i): " " for i in range(128) if chr(i) not in string.ascii_letters + string.digits + "_"})
@@ -60,7 +62,10 @@ NAMES = ("log_chars", "log_numbers", "log_operators", "questions", "log_lines",
 def difficulty_features(text: str) -> list[float]:
     """One value per NAMES entry."""
     ascii_ = text.isascii()
-    numbers = (_ASCII_NUMBER if ascii_ else _NUMBER).findall(text)
+    if ascii_ and not any(d in text for d in _DIGITS):
+        numbers = []  # the regex would try every position to find none
+    else:
+        numbers = (_ASCII_NUMBER if ascii_ else _NUMBER).findall(text)
     steps, demands, long_share = _word_counts(text.lower())
     return [
         math.log1p(len(text)),
@@ -87,11 +92,11 @@ def _sentence_ends(text: str) -> int:
 def _word_counts(lower: str) -> tuple[int, int, float]:
     """In one pass over the words: those implying steps (percent, each, more
     than...), those demanding structure or depth, and the share of long words."""
-    phrases = len(_STEP_PHRASES.findall(lower)) if " than" in lower else 0
+    phrases = len(_STEP_PHRASES.findall(lower)) \
+        if "more than" in lower or "less than" in lower else 0
     found = words(lower)
-    steps = demands = long_words = 0
-    for w in found:
-        steps += w in _STEP_WORDS
-        demands += w in _DEMAND_WORDS
-        long_words += len(w) >= LONG_WORD
+    # Each count one pass in C (map and sum), not a Python loop over the words.
+    steps = sum(map(_STEP_WORDS.__contains__, found))
+    demands = sum(map(_DEMAND_WORDS.__contains__, found))
+    long_words = sum(map(_SHORTER_THAN_LONG.__lt__, map(len, found)))
     return phrases + steps, demands, long_words / len(found) if found else 0.0
