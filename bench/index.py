@@ -40,6 +40,15 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-decide-cuts-auto-c50.json": (AB + " --model auto --rounds 4 --seconds 6 "
                                      "--connections 50", "the decision's hand features and "
                                      "qualities in plain Python, auto at c=50", ""),
+    "ab-finals-per-end-c1.json": (AB + " --rounds 8 --seconds 5 --connections 1",
+                                  "final figures given two per ending request (after its "
+                                  "response) instead of in chunks mid-request: c=1 p99 "
+                                  "lower in 8 of 8 rounds", ""),
+    "ab-finals-per-end-c50.json": (AB + " --rounds 4 --seconds 6 --connections 50",
+                                   "the same at c=50: 3 of 4 rounds lower", ""),
+    "ab-finals-per-end-c50-repeat.json": (AB + " --rounds 6 --seconds 6 --connections 50",
+                                          "the same at c=50 again: no difference (3 rounds "
+                                          "each way)", ""),
     "ab-kernel-reads-c1.json": (AB + " --rounds 6 --seconds 6 --connections 1",
                                 "the CPU estimate's /proc/stat kept open (one pread a "
                                 "reading), forced tier at c=1", ""),

@@ -401,6 +401,7 @@ class Exchange:
                 p.on_settled(fw.hold, self.figure.net_j if self.figure else None)
         else:  # the final figure comes with the next counter step or so
             p.meter.when_final(self.window, partial(_settled, p, fw, row, self.count))
+        p.meter.give_some()  # earlier requests' final figures, now that this one is out
 
 
 def _settled(p: Parts, fw: Forward, row: UsageRow | None, count: bool,

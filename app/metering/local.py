@@ -41,7 +41,10 @@ class LocalMeter:
 
     def _give(self, finals: list[str]) -> None:
         assert self._loop is not None
-        self._waiting.give_spread(finals, self._result, self._loop)
+        self._waiting.ready(finals, self._result, self._loop)
+
+    def give_some(self) -> None:
+        self._waiting.give_some()
 
     async def open(self, device: str, progress: Progress | None = None,
                    rates: TokenRates = TOKEN_COUNTS) -> str | None:

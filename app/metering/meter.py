@@ -6,13 +6,18 @@ failure never fails a request: it yields no figure, and the response says so.
 A request's final figure comes a counter step or so after it ended. Nothing
 waits for it per request: `when_final` leaves a callback, which the meter
 calls once the figure is final (or with the provisional figure after a
-timeout, when the counter stopped, say).
+timeout, when the counter stopped, say). The callbacks of the figures a
+counter step makes final run a few at a time as requests end (`give_some`,
+in each ending request's bookkeeping, after its response is out), not as a
+burst in the middle of the requests in flight; those no ending request
+took are given GIVE_AFTER_S later, a few per turn of the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,6 +38,7 @@ class Meter(Protocol):
     async def close(self, window: str | None, points: list[Point]) -> EnergyFigure | None: ...
     async def abandon(self, window: str | None) -> None: ...
     def when_final(self, window: str, done: Done) -> None: ...
+    def give_some(self) -> None: ...
     async def result(self, window: str) -> EnergyFigure | None: ...
     async def drain(self, timeout_s: float) -> None: ...
 
@@ -55,14 +61,21 @@ def split_window(window: str) -> tuple[str, str]:
 
 
 GIVE_CHUNK = 4  # final figures given per turn of the event loop
+GIVE_PER_END = 2  # final figures given as each request ends (give_some)
+GIVE_AFTER_S = 0.05  # those no ending request took by then: given GIVE_CHUNK per turn
+
+FigureOf = Callable[[str], EnergyFigure | None]
 
 
 class Waiting:
     """Windows whose final figure is awaited: the callback of each, and the
-    loop time at which to stop waiting and give it the figure it has."""
+    loop time at which to stop waiting and give it the figure it has; and the
+    windows whose figure is final, waiting for their callback's turn."""
 
     def __init__(self) -> None:
         self._by_window: dict[str, tuple[Done, float]] = {}
+        self._final: deque[tuple[str, FigureOf]] = deque()
+        self._flush: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         return len(self._by_window)
@@ -93,6 +106,31 @@ class Waiting:
         if len(windows) > GIVE_CHUNK:
             loop.call_soon(self.give_spread, windows[GIVE_CHUNK:], figure_of, loop)
 
+    def ready(self, windows: list[str], figure_of: FigureOf,
+              loop: asyncio.AbstractEventLoop) -> None:
+        """Windows whose figures are final: given by `give_some` as requests
+        end, or GIVE_AFTER_S from now, whichever comes first."""
+        self._final.extend((w, figure_of) for w in windows)
+        if self._flush is None and self._final:
+            self._flush = loop.call_later(GIVE_AFTER_S, self._give_left, loop)
+
+    def give_some(self, n: int = GIVE_PER_END) -> None:
+        """Give the next `n` final figures (an ending request's share)."""
+        final = self._final
+        for _ in range(min(n, len(final))):
+            window, figure_of = final.popleft()
+            if window in self._by_window:
+                self.give(window, figure_of(window))
+
+    def _give_left(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The final figures no ending request took: GIVE_CHUNK per turn."""
+        self._flush = None
+        left = [(w, f) for w, f in self._final if w in self._by_window]
+        self._final.clear()
+        if left:
+            figures = dict(left)
+            self.give_spread([w for w, _ in left], lambda w: figures[w](w), loop)
+
     def windows(self) -> list[str]:
         return list(self._by_window)
 
@@ -105,6 +143,7 @@ class Waiting:
         give each window still waiting `last(window)` (its usage row is written
         with what there is)."""
         loop = asyncio.get_running_loop()
+        self.give_some(len(self._final))
         limit = loop.time() + timeout_s
         # Shutting down only: figures arrive from other threads' callbacks.
         while self._by_window and loop.time() < limit:  # noqa: ASYNC110

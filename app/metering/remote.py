@@ -265,6 +265,9 @@ class RemoteMeter:
         if self._poller is None:
             self._poller = asyncio.create_task(self._poll())
 
+    def give_some(self) -> None:
+        self._waiting.give_some()
+
     async def _poll(self) -> None:
         """Every poll_s while windows wait: the figures of each device's
         waiting windows, in one call per device."""
@@ -310,8 +313,7 @@ class RemoteMeter:
                         window, figure = f"{device}/{wid}", protocol.as_figure(data)
                         if figure is None or figure.final or window in due:
                             ready[window] = figure
-                self._waiting.give_spread(list(ready), ready.__getitem__,
-                                          asyncio.get_running_loop())
+                self._waiting.ready(list(ready), ready.__getitem__, loop)
         finally:
             self._poller = None
 

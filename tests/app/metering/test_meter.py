@@ -1,6 +1,7 @@
 """The in-process meter hands each waiting request its final figure: when a
-counter step makes it final, at once when it already is, and the provisional
-one after the timeout when the counter stopped."""
+counter step makes it final (a few as each request ends, the rest shortly
+after), at once when it already is, and the provisional one after the
+timeout when the counter stopped."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import itertools
 
 from app.metering.local import LocalMeter
+from app.metering.meter import GIVE_AFTER_S
 from telemetry.ledger import Ledger
 from telemetry.timeline import EnergyFigure
 from tests.telemetry.fakes import Clock, SteppingCounter
@@ -36,7 +38,12 @@ def test_final_figures_reach_their_requests() -> None:
         assert not got  # nothing is final before the next counter step
         drive(ledger, counter, clock, 2.0)  # steps: all three final, one hop to the loop
         await asyncio.sleep(0.01)
+        assert not got  # their turn: an ending request's, or GIVE_AFTER_S later
+        meter.give_some()  # a request ends: two of them, in order
+        assert list(got) == windows[:2]
+        await asyncio.sleep(GIVE_AFTER_S + 0.02)  # no request ended since: the rest
         assert len(got) == 3 and all(f is not None and f.final for f in got.values())
+        meter.give_some()  # nothing left: nothing happens
         meter.when_final(windows[0], lambda f: got.__setitem__("again", f))
         await asyncio.sleep(0.01)  # already final: given at once
         assert got["again"] == got[windows[0]]
