@@ -122,7 +122,8 @@ def _meter(catalog: Catalog, settings: Settings, seams: Seams, upstream: Upstrea
     seams.devices[:] = devices
     for md in devices:
         log.info("energy of %s: %s (%s)", md.spec.name, md.reader.source, md.reader.name)
-    samplers = start_samplers(devices, settings.sample_hz, settings.sample_hz_quiet)
+    samplers = start_samplers(devices, settings.sample_hz, settings.sample_hz_quiet,
+                              defer_settling=True)  # settled as requests end (LocalMeter)
 
     def views() -> list[DeviceView]:
         return [d.view() for d in devices]

@@ -97,10 +97,10 @@ def record_ingests(ledger: Ledger) -> None:
     inner = ledger.ingest
 
     def ingest(t: float, counter_j: float, power_w: float | None = None,
-               now: float | None = None) -> None:
+               now: float | None = None, defer: bool = False) -> None:
         if not INGESTS or INGESTS[-1][2] != counter_j:
             INGESTS.append((t, t if now is None else now, counter_j))
-        inner(t, counter_j, power_w, now=now)
+        inner(t, counter_j, power_w, now=now, defer=defer)
     ledger.ingest = ingest  # type: ignore[method-assign]
 
 

@@ -49,6 +49,12 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-finals-per-end-c50-repeat.json": (AB + " --rounds 6 --seconds 6 --connections 50",
                                           "the same at c=50 again: no difference (3 rounds "
                                           "each way)", ""),
+    "ab-settle-at-ends-c1.json": (AB + " --rounds 8 --seconds 5 --connections 1",
+                                  "a quiet counter step settled by the event loop as the next "
+                                  "request ends, not on the sampler thread mid-request", ""),
+    "ab-settle-at-ends-c50.json": (AB + " --rounds 6 --seconds 6 --connections 50",
+                                   "the same at c=50 (not quiet: settled on the sampler "
+                                   "thread as before)", ""),
     "ab-kernel-reads-c1.json": (AB + " --rounds 6 --seconds 6 --connections 1",
                                 "the CPU estimate's /proc/stat kept open (one pread a "
                                 "reading), forced tier at c=1", ""),

@@ -41,7 +41,9 @@ GC_OFF: Patch = ("app/cli.py", "    if args.workers <= 1:\n",
                  "    if args.workers <= 1:\n        import gc; gc.disable()\n")
 NO_SAMPLER: Patch = ("app/factory.py",
                      "    samplers = start_samplers(devices, settings.sample_hz, "
-                     "settings.sample_hz_quiet)", "    samplers = []")
+                     "settings.sample_hz_quiet,\n"
+                     "                              defer_settling=True)",
+                     "    samplers = []")
 BOOKKEEPING = PARTS["all bookkeeping"]
 VARIANTS: dict[str, list[Patch]] = {
     "as is": [],

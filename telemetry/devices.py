@@ -57,10 +57,13 @@ class MeteredDevice:
 
 
 def start_samplers(devices: Iterable[MeteredDevice], hz: float,
-                   quiet_hz: float | None = None) -> list[Sampler]:
+                   quiet_hz: float | None = None, defer_settling: bool = False
+                   ) -> list[Sampler]:
     """One running sampler thread per device, feeding its ledger (at `quiet_hz`
-    while few requests run on it: telemetry/sampler.py)."""
-    samplers = [Sampler(d.reader, d.ledger, hz, quiet_hz=quiet_hz) for d in devices]
+    while few requests run on it, its steps then settled by the caller's event
+    loop with `defer_settling`: telemetry/sampler.py)."""
+    samplers = [Sampler(d.reader, d.ledger, hz, quiet_hz=quiet_hz,
+                        defer_settling=defer_settling) for d in devices]
     for s in samplers:
         s.start()
     return samplers

@@ -48,9 +48,12 @@ memory stays flat through an outage too; and the span that ends a gap is
 booked as unattributed, not split among the few requests of its last
 moments.
 
-Cost: settling runs on the sampler thread only, and each counter step costs
-O(windows live): requests running plus those closed within the last lag. A
-request's `close` is O(its points) and never attributes anything.
+Cost: each counter step's settling costs O(windows live): requests running
+plus those closed within the last lag. It runs on the sampler thread, or,
+for a sample ingested with `defer` (few requests running: the gateway's
+quiet rate), on whichever thread calls `settle_deferred` first (the event
+loop's, as a request ends, after its response is out), else with the next
+sample. A request's `close` is O(its points) and never attributes anything.
 
 The idle baseline is configured or learned from quiet spans (no request for
 `quiet_s`), and re-learned whenever the device is quiet again.
@@ -130,6 +133,7 @@ class Ledger:
         self._live: dict[str, Window] = {}
         self._done: dict[str, Window] = {}  # insertion order = order finalized
         self._pending: list[tuple[float, float, float]] = []  # (a, b, energy_j)
+        self._deferred = False  # a sample's settling left to settle_deferred
         self._last_counter: float | None = None
         self._read_at: float | None = None  # clock time of the last reading
         self._started_at = clock()
@@ -154,10 +158,12 @@ class Ledger:
 
     # -- sampler side ---------------------------------------------------
     def ingest(self, t: float, counter_j: float, power_w: float | None = None,
-               now: float | None = None) -> None:
+               now: float | None = None, defer: bool = False) -> None:
         """One sample of the counter, which reached `counter_j` at `t` (its
         step's time, where the sampler knows it better than `now`, the read's);
-        a change closes a span."""
+        a change closes a span. `defer`: leave the settling to the next
+        `settle_deferred` call (the event loop's, as a request ends), unless
+        the last sample's is still left: then both are settled now."""
         now = t if now is None else now
         with self._lock:
             unread_s = self._unread_s(now)
@@ -187,7 +193,23 @@ class Ledger:
                 self._note_work(self._last_change_t, t, now)
             self._last_counter, self._last_change_t = counter_j, t
             self._expire(now)
+            if defer and not self._deferred and not finals:
+                self._deferred = True
+                return
+            self._deferred = False
             finals += self._settle(now)
+        if self.on_final is not None and finals:
+            self.on_final(finals)
+
+    def settle_deferred(self) -> None:
+        """Settle what a deferred sample left (nothing, cheaply, when none did)."""
+        if not self._deferred:  # read without the lock: a stale answer costs one call
+            return
+        with self._lock:
+            if not self._deferred:
+                return
+            self._deferred = False
+            finals = self._settle(self.clock())
         if self.on_final is not None and finals:
             self.on_final(finals)
 

@@ -11,7 +11,10 @@ counter step then settles the few requests answered since the last one, a
 short hold of the interpreter rather than one that stalls the request in
 flight for milliseconds. Under load (many requests running, or an event
 loop that keeps the interpreter busy) each extra step costs the requests
-CPU, so it reads at `hz`.
+CPU, so it reads at `hz`. With `defer_settling` (a gateway metering in its
+own process) a quiet step is settled by the event loop as the next request
+ends, after its response is out, instead of on this thread while a request
+runs (or with the next step, when no request ended since).
 
 Reading faster pays only where reads are cheap: the quiet rate is held to
 reads that take at most QUIET_READ_SHARE of the time. An NVML energy read
@@ -63,7 +66,7 @@ READ_WEIGHT = 0.1  # of the newest read's time in its average
 class Sampler:
     def __init__(
         self, reader: EnergyReader, ledger: Ledger, hz: float = 20.0, ring: int = 4096,
-        quiet_hz: float | None = None, on_beat: bool = True,
+        quiet_hz: float | None = None, on_beat: bool = True, defer_settling: bool = False,
     ) -> None:
         self.reader = reader
         self.ledger = ledger
@@ -76,6 +79,10 @@ class Sampler:
         self.reads = 0
         self.read_seconds = 0.0
         self._on_beat = on_beat  # False: the timer always (a benchmark's baseline)
+        # While quiet, a counter step's settling is left to the event loop, as a
+        # request ends (Ledger.settle_deferred): not on this thread in the middle
+        # of the request in flight, holding the interpreter it needs.
+        self._defer = defer_settling
         # read on the beat only where that costs no more reads than the timer
         self.cadence = Cadence(min_beat_s=self._period_s * (1 + 1 / PROBE_EVERY))
         self._last_counter_j: float | None = None
@@ -106,7 +113,8 @@ class Sampler:
         now = self.ledger.clock()
         s = Sample(now - (end - reached), r.counter_j, r.power_w, now)
         self.samples.append(s)
-        self.ledger.ingest(s.t, s.counter_j, s.power_w, now=now)
+        self.ledger.ingest(s.t, s.counter_j, s.power_w, now=now,
+                           defer=self._defer and self.quiet())
         return s
 
     def quiet_period_s(self) -> float:

@@ -32,11 +32,14 @@ class LocalMeter:
             ledger.on_final = self._final_callback(device)
 
     def _final_callback(self, device: str) -> Callable[[list[str]], None]:
-        def on_final(finals: list[str]) -> None:  # on a sampler thread
+        def on_final(finals: list[str]) -> None:  # on a sampler thread, or the loop's
             # A window added after this check finds its figure final itself.
             mine = [w for w in (f"{device}/{wid}" for wid in finals) if w in self._waiting]
             if mine and self._loop is not None:
-                self._loop.call_soon_threadsafe(self._give, mine)
+                if _running_loop() is self._loop:  # settled by give_some, on the loop
+                    self._give(mine)
+                else:
+                    self._loop.call_soon_threadsafe(self._give, mine)
         return on_final
 
     def _give(self, finals: list[str]) -> None:
@@ -44,6 +47,10 @@ class LocalMeter:
         self._waiting.ready(finals, self._result, self._loop)
 
     def give_some(self) -> None:
+        """As a request ends: the counter step its sampler left to the loop
+        (Ledger.settle_deferred), and a few final figures."""
+        for ledger in self._ledgers.values():
+            ledger.settle_deferred()
         self._waiting.give_some()
 
     async def open(self, device: str, progress: Progress | None = None,
@@ -90,3 +97,10 @@ class LocalMeter:
 
     async def drain(self, timeout_s: float) -> None:
         await self._waiting.drain(timeout_s, self._result)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # a sampler thread
+        return None

@@ -596,3 +596,83 @@ def test_an_unread_counter_gives_its_windows_up_and_memory_stays_flat() -> None:
     figure = ledger.result(wid)
     assert figure is not None and figure.final and figure.net_j > 0
     check_invariant(ledger)
+
+
+def _every_read(power: Callable[[float], float]) -> tuple[Ledger, SteppingCounter, Clock]:
+    """A counter that moves every 10 ms (the CPU estimate at the quiet rate)."""
+    clock = Clock()
+    counter = SteppingCounter(power, clock, step_s=0.01)
+    return Ledger("estimate", prefill_weight=0.0, idle_power_w=IDLE_W, clock=clock), \
+        counter, clock
+
+
+def _short_requests(defer: bool, settle_every: int
+                    ) -> tuple[Ledger, list[EnergyFigure | None], list[list[str]], list[str]]:
+    """Short requests one after another under a 100 Hz counter (the gateway's
+    quiet rate), each sample ingested with `defer` or not, and the loop's
+    `settle_deferred` called after every `settle_every`-th request (0: never)."""
+    rng = random.Random(11)
+    ledger, counter, clock = _every_read(lambda t: IDLE_W + 50.0 + 40.0 * math.sin(7 * t))
+    finals: list[list[str]] = []
+    ledger.on_final = finals.append
+    drive(ledger, counter, clock, 1.0, hz=100)
+    wids = []
+    for i in range(300):
+        wid = ledger.open()
+        end = round(clock.t + rng.uniform(0.001, 0.02), 9)
+        while clock.t + 0.01 <= end + 1e-12:  # the sampler, as the request runs
+            clock.t = round(clock.t + 0.01, 9)
+            r = counter.read()
+            ledger.ingest(clock.t, r.counter_j, r.power_w, defer=defer)
+        clock.t = end
+        ledger.close(wid, [(0.0, 10, 0), (end - clock.t + 0.001, 10, 5)])
+        wids.append(wid)
+        if settle_every and i % settle_every == 0:
+            ledger.settle_deferred()
+    drive(ledger, counter, clock, clock.t + 2.0, hz=100)
+    ledger.settle_deferred()
+    return ledger, [ledger.result(w) for w in wids], finals, wids
+
+
+@pytest.mark.parametrize("settle_every", [1, 3, 0])
+def test_deferred_settling_gives_the_same_figures(settle_every: int) -> None:
+    """Settled as requests end (or, with none ending, with the next sample):
+    the same final figures as settling each sample at once, and the books balance."""
+    _, at_once, _, _ = _short_requests(defer=False, settle_every=0)
+    ledger, deferred, finals, wids = _short_requests(defer=True, settle_every=settle_every)
+    assert len(deferred) == len(at_once) == 300
+    for fig, late in zip(at_once, deferred, strict=True):
+        assert fig is not None and late is not None and fig.final and late.final
+        assert late.net_j == pytest.approx(fig.net_j, rel=1e-9, abs=1e-12)
+    assert sorted(w for batch in finals for w in batch) == sorted(wids)
+    check_invariant(ledger)
+
+
+def test_a_deferred_step_waits_for_the_loop_or_the_next_step() -> None:
+    ledger, counter, clock = _every_read(lambda t: IDLE_W + 100.0)
+    finals: list[list[str]] = []
+    ledger.on_final = finals.append
+    drive(ledger, counter, clock, 1.0, hz=100)
+    wid = ledger.open()
+    clock.t = 1.005
+    ledger.close(wid, [(0.0, 10, 0), (0.005, 10, 3)])
+
+    def sample() -> None:
+        clock.t = round(clock.t + 0.01, 9)
+        r = counter.read()
+        ledger.ingest(clock.t, r.counter_j, r.power_w, defer=True)
+
+    sample()
+    assert not finals  # left to the loop
+    ledger.settle_deferred()
+    assert finals == [[wid]]
+    ledger.settle_deferred()  # nothing left: nothing happens
+    assert finals == [[wid]]
+    other = ledger.open()
+    clock.t += 0.003
+    ledger.close(other, [(0.0, 10, 0), (0.003, 10, 1)])
+    sample()
+    assert len(finals) == 1
+    sample()  # no request ended since: this sample settles both
+    assert finals[-1] == [other]
+    check_invariant(ledger)
