@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -67,24 +64,12 @@ def decide(n: int) -> dict[str, float]:
     return out
 
 
-def _child(root: Path, n: int, valgrind: bool) -> str:
-    # the same dicts each run, and no BLAS threads spinning beside the decisions
-    env = dict(os.environ, PYTHONPATH=str(root), PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(n)]
-    if valgrind:
-        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
-               "--cachegrind-out-file=/dev/null", *cmd]
-    out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, check=True)
-    return out.stdout + out.stderr
-
-
 def instructions(root: Path, n: int) -> float:
     """Instructions per decision, over every kind."""
+    from bench.child_runs import child_output, instruction_refs
+
     def refs(k: int) -> int:
-        text = _child(root, k, valgrind=True)
-        line = next(x for x in text.splitlines() if "I" in x and "refs:" in x)
-        return int(line.split(":")[1].replace(",", "").strip())
+        return instruction_refs(child_output(Path(__file__).resolve(), root, [str(k)], True))
 
     # n decisions of each kind, and the first one each that fills the caches
     return (refs(n) - refs(0)) / ((n + 1) * len(REQUESTS))
@@ -103,15 +88,16 @@ def main() -> None:
         return
     if not args.base:
         ap.error("--base is required")
+    from bench.child_runs import child_output, in_turns
     from bench.gpu_common import commit_of, project_commit, worktree_at
     with tempfile.TemporaryDirectory(prefix="jg-decide-") as tmp, \
             worktree_at(args.base, Path(tmp) / "base") as base:
         roots = {"base": base, "this tree": ROOT}
         cpu: dict[str, list[dict[str, float]]] = {n: [] for n in roots}
-        for r in range(args.rounds):
-            for name in (list(roots) if r % 2 == 0 else list(roots)[::-1]):
-                last = _child(roots[name], args.decisions, False).strip().splitlines()[-1]
-                cpu[name].append(json.loads(last))
+        for name in in_turns(list(roots), args.rounds):
+            out = child_output(Path(__file__).resolve(), roots[name], [str(args.decisions)],
+                               False)
+            cpu[name].append(json.loads(out.strip().splitlines()[-1]))
         counted = {n: round(instructions(root, 100)) for n, root in roots.items()} \
             if shutil.which("valgrind") else None
     summary: dict[str, Any] = {}

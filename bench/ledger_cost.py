@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -71,24 +68,13 @@ def simulate(concurrency: int, per_step: int, steps: int) -> tuple[float, float]
     return ingest_s / closed * 1e6, close_s / closed * 1e6
 
 
-def _child(root: Path, args: list[str], valgrind: bool) -> str:
-    # This file, run with the checkout's telemetry/ first on the path (a
-    # base older than this tool has none of its own).
-    env = dict(os.environ, PYTHONPATH=str(root))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *args]
-    if valgrind:
-        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
-               "--cachegrind-out-file=/dev/null", *cmd]
-    out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, check=True)
-    return out.stdout + out.stderr
-
-
 def instructions(root: Path, case: str, steps: int) -> float:
     """Instructions per request of the case's run (simulate's whole loop)."""
+    from bench.child_runs import child_output, instruction_refs
+
     def refs(n: int) -> int:
-        text = _child(root, [case, str(n)], valgrind=True)
-        line = next(x for x in text.splitlines() if "I" in x and "refs:" in x)
-        return int(line.split(":")[1].replace(",", "").strip())
+        return instruction_refs(child_output(Path(__file__).resolve(), root, [case, str(n)],
+                                             True))
 
     concurrency, per_step = CASES[case]
     requests = steps * per_step - concurrency
@@ -113,18 +99,18 @@ def main() -> None:
         return
     if not args.base:
         ap.error("--base is required")
+    from bench.child_runs import child_output, in_turns
     from bench.gpu_common import commit_of, project_commit, worktree_at
     with tempfile.TemporaryDirectory(prefix="jg-ledger-") as tmp, \
             worktree_at(args.base, Path(tmp) / "base") as base:
         roots = {"base": base, "this tree": ROOT}
         cpu: dict[str, dict[str, list[tuple[float, float]]]] = {
             n: {c: [] for c in CASES} for n in roots}
-        for r in range(args.rounds):
-            for name in (list(roots) if r % 2 == 0 else list(roots)[::-1]):
-                for case in CASES:
-                    ingest, close = json.loads(_child(roots[name], [case, str(args.steps)],
-                                                      False))
-                    cpu[name][case].append((ingest, close))
+        for name in in_turns(list(roots), args.rounds):
+            for case in CASES:
+                ingest, close = json.loads(child_output(
+                    Path(__file__).resolve(), roots[name], [case, str(args.steps)], False))
+                cpu[name][case].append((ingest, close))
         counted = {n: {c: round(instructions(root, c, 100)) for c in CASES}
                    for n, root in roots.items()} if shutil.which("valgrind") else None
     summary: dict[str, Any] = {
