@@ -49,6 +49,9 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ab-finals-per-end-c50-repeat.json": (AB + " --rounds 6 --seconds 6 --connections 50",
                                           "the same at c=50 again: no difference (3 rounds "
                                           "each way)", ""),
+    "ab-agent-settle-w2-c1.json": (AB + " --workers 2 --rounds 6 --seconds 5 "
+                                   "--connections 1", "the agent settling its quiet steps "
+                                   "between exchanges (tried, not kept: no gain)", ""),
     "ab-settle-at-ends-c1.json": (AB + " --rounds 8 --seconds 5 --connections 1",
                                   "a quiet counter step settled by the event loop as the next "
                                   "request ends, not on the sampler thread mid-request", ""),

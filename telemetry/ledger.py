@@ -163,7 +163,9 @@ class Ledger:
         step's time, where the sampler knows it better than `now`, the read's);
         a change closes a span. `defer`: leave the settling to the next
         `settle_deferred` call (the event loop's, as a request ends), unless
-        the last sample's is still left: then both are settled now."""
+        the last sample's is still left (then both are settled now) or no
+        window is live (nothing to attribute: settled now, so the books
+        balance whenever no request is in flight)."""
         now = t if now is None else now
         with self._lock:
             unread_s = self._unread_s(now)
@@ -193,8 +195,8 @@ class Ledger:
                 self._note_work(self._last_change_t, t, now)
             self._last_counter, self._last_change_t = counter_j, t
             self._expire(now)
-            if defer and not self._deferred and not finals:
-                self._deferred = True
+            if defer and self._live and not self._deferred and not finals:
+                self._deferred = True  # (with no window live there is nothing to wait for)
                 return
             self._deferred = False
             finals += self._settle(now)

@@ -676,3 +676,14 @@ def test_a_deferred_step_waits_for_the_loop_or_the_next_step() -> None:
     sample()  # no request ended since: this sample settles both
     assert finals[-1] == [other]
     check_invariant(ledger)
+
+
+def test_a_deferred_sample_with_no_window_live_is_settled_at_once() -> None:
+    """Nothing to attribute: the books balance whenever no request is in flight."""
+    ledger, counter, clock = _every_read(lambda t: IDLE_W + 30.0)
+    drive(ledger, counter, clock, 1.0, hz=100)
+    for _ in range(5):
+        clock.t = round(clock.t + 0.01, 9)
+        r = counter.read()
+        ledger.ingest(clock.t, r.counter_j, r.power_w, defer=True)
+        check_invariant(ledger)
