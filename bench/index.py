@@ -235,6 +235,13 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                       "with the bare pass-through: 3 rounds in turns; forced "
                                       "c=1 p99 2.42x, c=50 0.58x; auto 3.06x / 0.41x", ""),
     "gateways-h100-host-run11.png": ("same", "run 11 as a picture", ""),
+    "gateways-h100-host-run12.json": ("bash bench/run_gateways_device.sh "
+                                      "(device tool; an H100 host, c8dc6ec)",
+                                      "gateways side by side on the GPU host's pinned cores, "
+                                      "with the bare pass-through: 3 rounds in turns; forced "
+                                      "c=1 p99 2.29x (a round at 1.19x), c=50 0.74x; auto "
+                                      "2.39x / 0.43x", ""),
+    "gateways-h100-host-run12.png": ("same", "run 12 as a picture", ""),
     "tail-parts-h100-host.json": ("python -m bench.tail_parts (device tool, an H100 host; run "
                                   "by the script the tool was made from)",
                                   "the c=1 tail part by part, pinned, 3 rounds in turns: p99 "
