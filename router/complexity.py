@@ -50,7 +50,7 @@ class ComplexityModel:
     pivot: float = 0.0
     easy_stretch: float = 1.0
     _hand: list[tuple[float, float]] = field(init=False, repr=False, compare=False)
-    _by_action: dict[str, Mapping[str, float]] = field(init=False, repr=False, compare=False)
+    _by_action: dict[str, dict[str, float]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # What each request reads, as plain floats: eleven hand features
@@ -58,7 +58,11 @@ class ComplexityModel:
         object.__setattr__(self, "_hand", [
             (float(m), float(c) / float(s)) for m, s, c in
             zip(self.hand_mean, self.hand_scale, self.hand_coef, strict=True)])
-        object.__setattr__(self, "_by_action", {})
+        by_action: dict[str, dict[str, float]] = {}  # action -> category -> ability
+        for cat, row in self.abilities.items():
+            for act, ability in row.items():
+                by_action.setdefault(act, {})[cat] = ability
+        object.__setattr__(self, "_by_action", by_action)
 
     def theta(self, feats: Features, text: str) -> float:
         """Difficulty logit of a request."""
@@ -79,7 +83,7 @@ class ComplexityModel:
         live = [(cat, p) for cat, p in probs.items() if p > 1e-4]
         out = {}
         for act in actions:
-            by_category = self._abilities_of(act)
+            by_category = self._by_action.get(act, {})
             total = weight = 0.0
             for cat, p in live:
                 ability = by_category.get(cat)
@@ -89,14 +93,6 @@ class ComplexityModel:
                     weight += p
             out[act] = total / weight if weight > 0 else 0.5
         return out
-
-    def _abilities_of(self, act: str) -> Mapping[str, float]:
-        """category -> the action's ability (remembered: the table is fixed)."""
-        known = self._by_action.get(act)
-        if known is None:
-            known = self._by_action[act] = {
-                cat: row[act] for cat, row in self.abilities.items() if act in row}
-        return known
 
 
 def complexity(small: float, large: float) -> float:
