@@ -40,3 +40,17 @@ def tree_cpu_s(pid: int) -> float:
         tree |= more
         grew = bool(more)
     return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """User + system CPU seconds of each thread of a process, by thread id
+    (the main thread's id is the process id)."""
+    out: dict[int, float] = {}
+    for stat in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        out[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) \
+            / os.sysconf("SC_CLK_TCK")
+    return out
