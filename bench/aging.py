@@ -14,7 +14,10 @@ measurement records the gateway's CPU per request (its event loop's thread
 and its other threads apart), the latencies, its resident memory and how
 many requests it had served before. bench.gateways keeps one gateway
 process through all its rounds: a cost that grows with age shows there as
-rounds after the first costing more.
+rounds after the first costing more. With `--siblings`, the other gateways
+bench.gateways runs beside it (`serve --workers 2` and `--workers 4`, on the
+cores --pin gives them, shared with this one) run too, each loaded as long
+at 50 connections after each load of the measured one.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ def main() -> None:
     parser.add_argument("--load-s", type=int, default=20)
     parser.add_argument("--pin", action="store_true",
                         help="cores as bench.gateways --pin (a machine of 8+ cores)")
+    parser.add_argument("--siblings", action="store_true",
+                        help="bench.gateways' 2- and 4-process gateways beside it, loaded too")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "aging.json")
     args = parser.parse_args()
     pin = (lambda c: c) if args.pin else (lambda c: None)
@@ -81,12 +86,20 @@ def main() -> None:
     upstream = start_nginx(work, pin(NGINX_CORES))
     chat = "/v1/chat/completions"
     results: dict[str, Any] = {"commit": project_commit(), "seconds": args.seconds,
-                               "load_s": args.load_s, "pinned": args.pin, "steps": []}
+                               "load_s": args.load_s, "pinned": args.pin,
+                               "siblings": args.siblings, "steps": []}
     pt_port = free_port()
     pt = passthrough(pt_port, upstream, work, pin(PINNED[1]))
     procs = [pt]
+    siblings: dict[int, int] = {}  # port -> processes
+    for n in (2, 4) if args.siblings else ():
+        siblings[free_port()] = n
+        procs.append(joulegate(list(siblings)[-1], upstream, work, workers=n,
+                               cores=pin(PINNED[n])))
     try:
         wait_healthy(f"http://127.0.0.1:{pt_port}/readyz", 60, pt)
+        for sib_port, proc in zip(siblings, procs[1:], strict=True):
+            wait_healthy(f"http://127.0.0.1:{sib_port}/readyz", 60, proc)
         for life in ("first", "fresh"):
             port = free_port()
             gw = joulegate(port, upstream, work, cores=pin(PINNED[1]))  # a state dir of its own
@@ -101,6 +114,10 @@ def main() -> None:
                     served += run["requests"]
                     results["steps"].append({"life": life, "what": "joulegate c=50", **run})
                     print(life, "load", run, flush=True)
+                    for sib_port, n in siblings.items():
+                        wrk(f"http://127.0.0.1:{sib_port}{chat}", 50, args.load_s, BODY, work,
+                            cores=pin(WRK_CORES))
+                        print(life, f"sibling of {n} processes loaded", flush=True)
                     continue
                 for _ in range(args.rounds):
                     run = _measure(f"http://127.0.0.1:{port}{chat}", gw.pid, 1, args.seconds,
