@@ -542,6 +542,10 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ledger-cost.json": ("python -m bench.ledger_cost --base 72a91ce --rounds 6",
                          "the ledger's counter steps and closes per request, simulated, "
                          "CPU and instructions", ""),
+    "ledger-cost-aged.json": ("python -m bench.ledger_cost --base a819f4e --rounds 4",
+                              "the same with a case past the 20,000 figures kept "
+                              "(c1-aged): the oldest dropped from an OrderedDict",
+                              ""),
     "startup.json": ("python -m bench.startup --base 1798e58 --rounds 5",
                      "a gateway process's start and memory, the classifier's arrays "
                      "against its pickle", ""),

@@ -18,6 +18,7 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -79,8 +80,9 @@ class Parts:
     on_answered: Callable[[UsageRow], None] = lambda row: None
     # a request's joule hold and the net joules it cost (its final figure)
     on_settled: Callable[[Hold | None, float | None], None] = lambda hold, net_j: None
-    # energy id -> the API key that made the request (recent ones; GET /v1/energy)
-    owners: dict[str, str] = field(default_factory=dict)
+    # energy id -> the API key that made the request (recent ones; GET /v1/energy),
+    # oldest first (an OrderedDict: dropping a dict's first item each time is a scan)
+    owners: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
 
 class Exchange:
@@ -311,10 +313,7 @@ class Exchange:
         return before + (max(0.0, out_s - done) if done is not None else 0.0)
 
     def _own(self, window: str, key_id: str) -> None:
-        owners = self.parts.owners
-        if len(owners) >= MAX_OWNERS:
-            del owners[next(iter(owners))]  # the oldest (insertion order)
-        owners[window] = key_id
+        remember(self.parts.owners, window, key_id)
 
     async def end(self) -> EnergyFigure | None:
         """Release everything, once; returns the (provisional) energy figure.
@@ -402,6 +401,15 @@ class Exchange:
         else:  # the final figure comes with the next counter step or so
             p.meter.when_final(self.window, partial(_settled, p, fw, row, self.count))
         p.meter.give_some()  # earlier requests' final figures, now that this one is out
+
+
+def remember(owners: OrderedDict[str, str], window: str, key_id: str,
+             limit: int = MAX_OWNERS) -> None:
+    """The key that made the request of energy id `window`, the oldest of at
+    most `limit` dropped."""
+    if len(owners) >= limit:
+        owners.popitem(last=False)
+    owners[window] = key_id
 
 
 def _settled(p: Parts, fw: Forward, row: UsageRow | None, count: bool,
