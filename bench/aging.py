@@ -8,16 +8,17 @@ fixed-answer nginx (bench.gateways).
         ->  bench/results/aging.json (and .png)
 
 Steps: `--rounds` measurements on a fresh gateway (it ages by these alone),
-then `--load-s` seconds at 50 connections, `--rounds` more, the same load
-again, `--rounds` more, and last `--rounds` on a gateway started afresh. Each
-measurement records the gateway's CPU per request (its event loop's thread
-and its other threads apart), the latencies, its resident memory and how
-many requests it had served before. bench.gateways keeps one gateway
-process through all its rounds: a cost that grows with age shows there as
-rounds after the first costing more. With `--siblings`, the other gateways
-bench.gateways runs beside it (`serve --workers 2` and `--workers 4`, on the
-cores --pin gives them, shared with this one) run too, each loaded as long
-at 50 connections after each load of the measured one.
+then `--load-s` seconds at 50 connections (asking for `--load-model`),
+`--rounds` more, the same load again, `--rounds` more, and last `--rounds`
+on a gateway started afresh. Each measurement records the gateway's CPU per
+request (its event loop's thread and its other threads apart), the
+latencies, its resident memory and how many requests it had served before.
+bench.gateways keeps one gateway process through all its rounds: a cost that
+grows with age shows there as rounds after the first costing more. With
+`--siblings`, the other gateways bench.gateways runs beside it (`serve
+--workers 2` and `--workers 4`, on the cores --pin gives them, shared with
+this one) run too, each loaded as long at 50 connections after each load of
+the measured one.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--load-s", type=int, default=20)
     parser.add_argument("--pin", action="store_true",
                         help="cores as bench.gateways --pin (a machine of 8+ cores)")
+    parser.add_argument("--load-model", default="small",
+                        help="the model the loads ask for (`auto`: routed requests)")
     parser.add_argument("--siblings", action="store_true",
                         help="bench.gateways' 2- and 4-process gateways beside it, loaded too")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "aging.json")
@@ -87,7 +90,8 @@ def main() -> None:
     chat = "/v1/chat/completions"
     results: dict[str, Any] = {"commit": project_commit(), "seconds": args.seconds,
                                "load_s": args.load_s, "pinned": args.pin,
-                               "siblings": args.siblings, "steps": []}
+                               "siblings": args.siblings, "load_model": args.load_model,
+                               "steps": []}
     pt_port = free_port()
     pt = passthrough(pt_port, upstream, work, pin(PINNED[1]))
     procs = [pt]
@@ -110,9 +114,10 @@ def main() -> None:
             for phase in phases:
                 if phase == "load":
                     run = _measure(f"http://127.0.0.1:{port}{chat}", gw.pid, 50, args.load_s,
-                                   BODY, work, pin(WRK_CORES))
+                                   {**BODY, "model": args.load_model}, work, pin(WRK_CORES))
                     served += run["requests"]
-                    results["steps"].append({"life": life, "what": "joulegate c=50", **run})
+                    results["steps"].append({"life": life, "what": "joulegate c=50",
+                                             "model": args.load_model, **run})
                     print(life, "load", run, flush=True)
                     for sib_port, n in siblings.items():
                         wrk(f"http://127.0.0.1:{sib_port}{chat}", 50, args.load_s, BODY, work,

@@ -542,6 +542,16 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
     "ledger-cost.json": ("python -m bench.ledger_cost --base 72a91ce --rounds 6",
                          "the ledger's counter steps and closes per request, simulated, "
                          "CPU and instructions", ""),
+    "aging-h100-host.json": ("python -m bench.aging --pin --rounds 3 --seconds 5 --load-s 20 "
+                             "(device tool, an H100 host)",
+                             "a lone gateway's CPU per request at c=1 as it serves 200,000 "
+                             "requests, and afresh, in turns with the pass-through", ""),
+    "aging-h100-host.png": ("same", "the same as a picture", ""),
+    "aging-siblings-h100-host.json": ("python -m bench.aging --pin --siblings --rounds 3 "
+                                      "--seconds 5 --load-s 15 (device tool, an H100 host)",
+                                      "the same beside bench.gateways' 2- and 4-process "
+                                      "gateways, loaded too", ""),
+    "aging-siblings-h100-host.png": ("same", "the same as a picture", ""),
     "ledger-cost-aged.json": ("python -m bench.ledger_cost --base a819f4e --rounds 4",
                               "the same with a case past the 20,000 figures kept "
                               "(c1-aged): the oldest dropped from an OrderedDict",
