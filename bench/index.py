@@ -242,6 +242,13 @@ CATALOGUE: dict[str, tuple[str, str, str]] = {
                                       "c=1 p99 2.29x (a round at 1.19x), c=50 0.74x; auto "
                                       "2.39x / 0.43x", ""),
     "gateways-h100-host-run12.png": ("same", "run 12 as a picture", ""),
+    "gateways-h100-host-run13.json": ("bash bench/run_gateways_device.sh "
+                                      "(device tool; an H100 host, da11007)",
+                                      "gateways side by side with the bare pass-through, 3 "
+                                      "rounds in turns, on a host that did not enforce the "
+                                      "pins; forced c=1 p99 2.04x, c=50 0.79x; auto 2.74x / "
+                                      "0.46x; streamed forced 1.52x / 1.08x", ""),
+    "gateways-h100-host-run13.png": ("same", "run 13 as a picture", ""),
     "tail-parts-h100-host.json": ("python -m bench.tail_parts (device tool, an H100 host; run "
                                   "by the script the tool was made from)",
                                   "the c=1 tail part by part, pinned, 3 rounds in turns: p99 "
