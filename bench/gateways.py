@@ -21,7 +21,9 @@ On a machine of 8 cores or more, `--pin` gives each part cores of its own
 (sched_setaffinity, inherited by children): the gateways share cores 0-1
 (one process, and `serve --workers 2` with its agent), `--workers 4` gets
 0-3, nginx and wrk one core each beyond them. Then "2 processes on 2 cores"
-is what it says, with the load generator and the upstream elsewhere.
+is what it says, with the load generator and the upstream elsewhere. The
+result says whether the machine held the pins (`pins_held`: some hosts
+accept the affinity and run each process anywhere).
 `bench/run_gateways_device.sh` runs it on the GPU host (no network there:
 no LiteLLM).
 """
@@ -38,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +98,31 @@ http {{
   }}
 }}
 """
+
+
+def pins_hold(core: int = 5, n: int = 30_000_000) -> bool:
+    """Whether this machine enforces CPU affinity: two processes spinning on
+    one core take about twice as long as one alone (some hosts accept
+    sched_setaffinity and run the process anywhere)."""
+    def spin() -> float:
+        t = time.perf_counter()
+        sum(range(n))
+        return time.perf_counter() - t
+
+    alone = spin()
+    pid = os.fork()
+    if pid == 0:
+        os.sched_setaffinity(0, {core})
+        spin()
+        os._exit(0)
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        both = spin()
+    finally:
+        os.sched_setaffinity(0, before)
+        os.waitpid(pid, 0)
+    return both > 1.6 * alone
 
 
 def pinned(cores: set[int] | None) -> Any:
@@ -282,6 +310,8 @@ def main() -> None:
                                "seconds": args.seconds, "tool": "wrk -t1",
                                "rounds": args.rounds, "runs": {}}
     if args.pin:
+        results["pins_held"] = pins_hold()  # else every part ran on any core
+        print("pins held" if results["pins_held"] else "pins NOT held", flush=True)
         results["cores"] = {"joulegate, 1 process (and the one with an agent, and that agent)":
                             sorted(PINNED[1]),
                             "joulegate, 2 processes and their agent": sorted(PINNED[2]),

@@ -15,18 +15,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PATH=$PWD/.tools/bin:$PATH
 out="${OUT:-bench/results}"
-python3 - <<'PY'
-import os, time
-def spin(n=30_000_000):
-    t = time.perf_counter(); sum(range(n)); return time.perf_counter() - t
-alone = spin()
-pid = os.fork()
-if pid == 0:
-    os.sched_setaffinity(0, {5}); spin(); os._exit(0)
-os.sched_setaffinity(0, {5}); both = spin(); os.waitpid(pid, 0)
-print(f"pinning check: alone {alone:.3f} s, two on one core {both:.3f} s "
-      f"({'pinning holds' if both > 1.6 * alone else 'pinning NOT enforced'})")
-PY
 timeout 570 python3 -m bench.gateways --pin --no-litellm --seconds "${SECONDS_EACH:-5}" \
   --rounds "${ROUNDS:-3}" \
   --out "$out/gateways-h200-host.json"
