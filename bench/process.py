@@ -16,7 +16,12 @@ def rss_mb(pid: int) -> float:
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def _stat_cpu_s(stat: Path) -> float:
+    """User + system CPU seconds in a /proc stat file (a process's or a thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -48,9 +53,7 @@ def thread_cpu_s(pid: int) -> dict[int, float]:
     out: dict[int, float] = {}
     for stat in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            out[int(stat.parent.name)] = _stat_cpu_s(stat)
         except OSError:
             continue  # ended meanwhile
-        out[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) \
-            / os.sysconf("SC_CLK_TCK")
     return out
